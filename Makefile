@@ -1,0 +1,48 @@
+# Two commands set everything up on a fresh machine: `make book` and `make test`.
+# Both create (or reuse) the virtual environment .venv and install requirements.txt into it.
+
+PYTHON ?= python3
+VENV := .venv
+BIN := $(VENV)/bin
+NOTEBOOKS := build/notebooks
+CHAPTERS := $(wildcard book/*.md)
+
+.PHONY: install export check-export notebooks test test-quick book lab clean
+
+install: $(VENV)/.installed
+
+$(VENV)/.installed: requirements.txt pyproject.toml
+	$(PYTHON) -m venv $(VENV)
+	$(BIN)/python -m pip install --quiet --upgrade pip
+	$(BIN)/python -m pip install --quiet -r requirements.txt
+	$(BIN)/python -m pip install --quiet --no-deps -e .
+	touch $@
+
+# Write the `export` cells of the chapters into transformer/ (commit both).
+export: install
+	$(BIN)/python tools/export.py
+
+# The chapters as .ipynb notebooks, for nbval.
+notebooks: install
+	rm -rf $(NOTEBOOKS) && mkdir -p $(NOTEBOOKS)
+	for f in $(CHAPTERS); do $(BIN)/jupytext --quiet --to ipynb -o $(NOTEBOOKS)/$$(basename $${f%.md}).ipynb $$f; done
+
+# Everything: the package tests, the export check, and every chapter run by nbval.
+test: notebooks
+	$(BIN)/python -m pytest tests $(NOTEBOOKS) --nbval-lax --nbval-current-env --nbval-cell-timeout=600
+
+# The package tests only (a couple of minutes).
+test-quick: install
+	$(BIN)/python -m pytest tests -q
+
+# The executed HTML book in _build/html, warnings as errors.
+book: install
+	$(BIN)/jupyter-book build . --warningiserror --nitpick --keep-going
+
+# The chapters as notebooks in JupyterLab (jupytext opens the .md files directly).
+lab: install
+	$(BIN)/python -m pip install --quiet jupyterlab==4.6.6
+	$(BIN)/jupyter lab book/
+
+clean:
+	rm -rf _build build

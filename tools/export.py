@@ -1,0 +1,132 @@
+"""Export the chapters' code into the `transformer` package.
+
+Every chapter in book/ whose front matter names a `module` contributes the code cells
+tagged `export`, in order, to transformer/<module>.py. The package's __init__.py
+re-exports the public names (top-level classes and functions not starting with "_") of
+every module. Run it after editing a chapter; `--check` compares instead of writing and
+fails on any difference, including a module that is new or gone.
+
+    python tools/export.py            # write transformer/
+    python tools/export.py --check    # exit 1 if transformer/ is out of date
+"""
+
+from __future__ import annotations
+
+import argparse
+import ast
+import difflib
+import sys
+from pathlib import Path
+
+import jupytext
+
+ROOT = Path(__file__).resolve().parent.parent
+PACKAGE_DOC = '''"""The Transformer of "Attention Is All You Need" (Vaswani et al., 2017).
+
+Each module is generated from one chapter of the book (see the first line of each file).
+"""
+'''
+
+
+def chapter_module(chapter: Path) -> tuple[str, str] | None:
+    """Return (module name, module source) for one chapter, or None if it exports nothing."""
+    notebook = jupytext.read(chapter)
+    module = notebook.metadata.get("module")
+    cells = [
+        cell.source.strip("\n")
+        for cell in notebook.cells
+        if cell.cell_type == "code" and "export" in cell.metadata.get("tags", [])
+    ]
+    if module is None:
+        if cells:
+            raise ValueError(f"{chapter}: cells are tagged 'export' but the front matter names no 'module'")
+        return None
+    if not module.isidentifier():
+        raise ValueError(f"{chapter}: 'module' must be a Python identifier, got {module!r}")
+    if not cells:
+        raise ValueError(f"{chapter}: the front matter names module {module!r} but no cell is tagged 'export'")
+    header = f"# Generated from book/{chapter.name} by tools/export.py: edit the chapter, not this file.\n"
+    body = "\n\n\n".join(cells) + "\n"
+    names = public_names(body)
+    all_line = "\n\n__all__ = [" + ", ".join(repr(n) for n in names) + "]\n"
+    return module, header + body + all_line
+
+
+def public_names(source: str) -> list[str]:
+    """Top-level classes and functions whose names do not start with an underscore."""
+    tree = ast.parse(source)
+    return [
+        node.name
+        for node in tree.body
+        if isinstance(node, (ast.ClassDef, ast.FunctionDef)) and not node.name.startswith("_")
+    ]
+
+
+def package_files(book: Path) -> dict[str, str]:
+    """Map each file name of the package to its generated source."""
+    files: dict[str, str] = {}
+    chapters: dict[str, Path] = {}
+    for chapter in sorted(book.glob("*.md")):
+        exported = chapter_module(chapter)
+        if exported is None:
+            continue
+        module, source = exported
+        if module in chapters:
+            raise ValueError(f"{chapter} and {chapters[module]} both export module {module!r}")
+        chapters[module] = chapter
+        files[f"{module}.py"] = source
+    lines = [PACKAGE_DOC]
+    for module in sorted(files):
+        names = public_names(files[module])
+        lines.append(f"from .{module[:-3]} import " + ", ".join(names))
+    every = [n for module in sorted(files) for n in public_names(files[module])]
+    lines.append("\n__all__ = [" + ", ".join(repr(n) for n in every) + "]")
+    files["__init__.py"] = "\n".join(lines) + "\n"
+    return files
+
+
+def differences(expected: dict[str, str], package: Path) -> list[str]:
+    """Human-readable differences between the generated files and the package on disk."""
+    present = {p.name: p.read_text() for p in package.glob("*.py")} if package.is_dir() else {}
+    problems = [f"{package / name}: missing (the chapters export it)" for name in sorted(set(expected) - set(present))]
+    problems += [f"{package / name}: no chapter exports it" for name in sorted(set(present) - set(expected))]
+    for name in sorted(set(expected) & set(present)):
+        if expected[name] != present[name]:
+            diff = difflib.unified_diff(
+                present[name].splitlines(), expected[name].splitlines(), f"{package / name}", "exported", lineterm="", n=1
+            )
+            problems.append("\n".join(diff))
+    return problems
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--book", type=Path, default=ROOT / "book", help="folder of the chapters (default: book/)")
+    parser.add_argument("--package", type=Path, default=ROOT / "transformer", help="package folder (default: transformer/)")
+    parser.add_argument("--check", action="store_true", help="compare with the package instead of writing it")
+    args = parser.parse_args(argv)
+    if not args.book.is_dir():
+        parser.error(f"--book must be a folder of chapters; {args.book} is not a folder")
+    expected = package_files(args.book)
+    if args.check:
+        problems = differences(expected, args.package)
+        for problem in problems:
+            print(problem, file=sys.stderr)
+        if problems:
+            print(f"{len(problems)} difference(s): run `make export` and commit the package", file=sys.stderr)
+        return 1 if problems else 0
+    args.package.mkdir(parents=True, exist_ok=True)
+    for stale in set(p.name for p in args.package.glob("*.py")) - set(expected):
+        (args.package / stale).unlink()
+    for name, source in expected.items():
+        target = args.package / name
+        if not target.exists() or target.read_text() != source:
+            tmp = target.with_suffix(".py.tmp")
+            tmp.write_text(source)
+            tmp.replace(target)
+    print(f"exported {len(expected) - 1} module(s) into {args.package}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,183 @@
+# Generated from book/attention.md by tools/export.py: edit the chapter, not this file.
+"""Scaled dot-product attention, masks and multi-head attention (§3.2 of the paper).
+
+Mask convention, for the whole package: a boolean mask is True where a query MAY attend
+to a key, as in torch.nn.functional.scaled_dot_product_attention (and the opposite of
+the key_padding_mask of torch.nn.MultiheadAttention, which is True where a key is ignored).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor, nn
+
+
+def scaled_dot_product_attention(
+    query: Tensor, key: Tensor, value: Tensor, mask: Tensor | None = None, dropout_p: float = 0.0
+) -> tuple[Tensor, Tensor]:
+    """softmax(Q K^T / sqrt(d_k)) V, the paper's equation (1), written out.
+
+    Shapes: query (..., n_q, d_k), key (..., n_k, d_k), value (..., n_k, d_v); mask is
+    boolean, broadcastable to (..., n_q, n_k), True where a query may attend to a key.
+    Returns the output (..., n_q, d_v) and the attention weights (..., n_q, n_k).
+    """
+    d_k = query.size(-1)
+    scores = query @ key.transpose(-2, -1) / math.sqrt(d_k)  # (..., n_q, n_k)
+    if mask is not None:
+        scores = scores.masked_fill(~mask, float("-inf"))
+    weights = scores.softmax(dim=-1)
+    if dropout_p > 0.0:
+        weights = F.dropout(weights, p=dropout_p)
+    return weights @ value, weights
+
+
+def padding_mask(tokens: Tensor, pad_id: int) -> Tensor:
+    """True at real tokens: ids (batch, n) -> mask (batch, 1, 1, n), broadcast over heads and queries."""
+    return (tokens != pad_id)[:, None, None, :]
+
+
+def causal_mask(n_queries: int, n_keys: int | None = None, device: torch.device | None = None) -> Tensor:
+    """True where query i may attend to key j, i.e. j <= i: a (n_queries, n_keys) lower triangle.
+
+    With n_keys > n_queries the queries are the newest n_queries positions of a sequence of
+    n_keys (incremental decoding): query i sits at position i + n_keys - n_queries.
+    """
+    n_keys = n_queries if n_keys is None else n_keys
+    return torch.ones(n_queries, n_keys, dtype=torch.bool, device=device).tril(n_keys - n_queries)
+
+
+@dataclass
+class KeyValueCache:
+    """Projected keys and values of one attention layer, kept between decoding steps.
+
+    Self-attention appends the new positions at every step (static=False); encoder-decoder
+    attention projects the encoder output on the first step and reuses it (static=True).
+    """
+
+    static: bool = False
+    key: Tensor | None = None  # (batch, h, steps, d_k)
+    value: Tensor | None = None  # (batch, h, steps, d_v)
+
+    def __len__(self) -> int:
+        return 0 if self.key is None else self.key.size(2)
+
+    def reorder(self, index: Tensor) -> None:
+        """Keep the batch rows `index` (beam search: the hypotheses that survive a step)."""
+        if self.key is not None:
+            self.key, self.value = self.key.index_select(0, index), self.value.index_select(0, index)
+
+
+class MultiHeadAttention(nn.Module):
+    """Multi-head attention, MultiHead(Q, K, V) = Concat(head_1..head_h) W^O.
+
+    Args:
+        d_model: width of the inputs and of the output.
+        n_heads: number of heads h.
+        d_k, d_v: width of each head's queries/keys and values; default d_model // h.
+        dropout: dropout on the attention weights (0 in the paper).
+        bias: whether the projections have biases.
+
+    Shapes: query (batch, n_q, d_model); key and value (batch, n_k, d_model); mask boolean,
+    broadcastable to (batch, h, n_q, n_k), True where a query may attend to a key.
+    Returns (output (batch, n_q, d_model), weights (batch, h, n_q, n_k) or None).
+    """
+
+    def __init__(
+        self,
+        d_model: int,
+        n_heads: int,
+        d_k: int | None = None,
+        d_v: int | None = None,
+        dropout: float = 0.0,
+        bias: bool = True,
+    ):
+        super().__init__()
+        if d_model <= 0 or n_heads <= 0:
+            raise ValueError(f"d_model and n_heads must be positive; got d_model={d_model}, n_heads={n_heads}")
+        if (d_k is None or d_v is None) and d_model % n_heads != 0:
+            raise ValueError(
+                f"d_model must be divisible by n_heads to give d_k = d_v = d_model / n_heads; "
+                f"got d_model={d_model}, n_heads={n_heads} (or pass d_k and d_v explicitly)"
+            )
+        self.d_model, self.n_heads = d_model, n_heads
+        self.d_k = d_model // n_heads if d_k is None else d_k
+        self.d_v = d_model // n_heads if d_v is None else d_v
+        self.dropout = dropout
+        self.w_q = nn.Linear(d_model, n_heads * self.d_k, bias=bias)
+        self.w_k = nn.Linear(d_model, n_heads * self.d_k, bias=bias)
+        self.w_v = nn.Linear(d_model, n_heads * self.d_v, bias=bias)
+        self.w_o = nn.Linear(n_heads * self.d_v, d_model, bias=bias)
+
+    def _split_heads(self, x: Tensor, d: int) -> Tensor:
+        batch, n, _ = x.shape
+        return x.view(batch, n, self.n_heads, d).transpose(1, 2)  # (batch, h, n, d)
+
+    def _check_inputs(self, query: Tensor, key: Tensor, value: Tensor) -> None:
+        for name, x in (("query", query), ("key", key), ("value", value)):
+            if x.dim() != 3 or x.size(-1) != self.d_model:
+                raise ValueError(f"{name} must have shape (batch, length, d_model={self.d_model}); got {tuple(x.shape)}")
+        if not (query.size(0) == key.size(0) == value.size(0)) or key.size(1) != value.size(1):
+            raise ValueError(
+                f"query, key and value must share the batch size, and key and value the length; "
+                f"got {tuple(query.shape)}, {tuple(key.shape)}, {tuple(value.shape)}"
+            )
+
+    def _check_mask(self, mask: Tensor, n_q: int, n_k: int, batch: int) -> None:
+        expected = (batch, self.n_heads, n_q, n_k)
+        if mask.dtype != torch.bool:
+            raise TypeError(f"mask must be a boolean tensor (True = may attend); got dtype {mask.dtype}")
+        if mask.dim() > 4 or any(m not in (1, e) for m, e in zip(reversed(mask.shape), reversed(expected))):
+            raise ValueError(
+                f"mask must broadcast to (batch, heads, query, key) = {expected}; got shape {tuple(mask.shape)}"
+            )
+
+    def forward(
+        self,
+        query: Tensor,
+        key: Tensor,
+        value: Tensor,
+        mask: Tensor | None = None,
+        is_causal: bool = False,
+        cache: KeyValueCache | None = None,
+        need_weights: bool = False,
+    ) -> tuple[Tensor, Tensor | None]:
+        """Attend from `query` to `key`/`value`; is_causal adds the causal mask.
+
+        With a cache, key and value hold only the new positions (self-attention) or are
+        ignored after the first step (static cache of encoder-decoder attention).
+        """
+        self._check_inputs(query, key, value)
+        batch, n_q, _ = query.shape
+        q = self._split_heads(self.w_q(query), self.d_k)  # (batch, h, n_q, d_k)
+        if cache is not None and cache.static and cache.key is not None:
+            k, v = cache.key, cache.value
+        else:
+            k = self._split_heads(self.w_k(key), self.d_k)  # (batch, h, n_k, d_k)
+            v = self._split_heads(self.w_v(value), self.d_v)  # (batch, h, n_k, d_v)
+            if cache is not None:
+                if cache.key is not None:
+                    k, v = torch.cat([cache.key, k], dim=2), torch.cat([cache.value, v], dim=2)
+                cache.key, cache.value = k, v
+        n_k = k.size(2)
+        if mask is not None:
+            self._check_mask(mask, n_q, n_k, batch)
+        # The fused kernel's is_causal aligns the triangle top-left, so it is exact only for
+        # n_q == n_k without another mask; otherwise the causal mask is built explicitly.
+        if is_causal and (mask is not None or n_q != n_k or need_weights):
+            causal = causal_mask(n_q, n_k, device=query.device)
+            mask, is_causal = (causal if mask is None else mask & causal), False
+        dropout_p = self.dropout if self.training else 0.0
+        if need_weights:
+            out, weights = scaled_dot_product_attention(q, k, v, mask, dropout_p)
+        else:
+            out = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, dropout_p=dropout_p, is_causal=is_causal)
+            weights = None
+        out = out.transpose(1, 2).reshape(batch, n_q, self.n_heads * self.d_v)  # Concat(head_1..head_h)
+        return self.w_o(out), weights
+
+
+__all__ = ['scaled_dot_product_attention', 'padding_mask', 'causal_mask', 'KeyValueCache', 'MultiHeadAttention']
