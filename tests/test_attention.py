@@ -1,0 +1,116 @@
+"""Tests of transformer/attention.py (book/attention.md)."""
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+from transformer import KeyValueCache, MultiHeadAttention, causal_mask, padding_mask, scaled_dot_product_attention
+
+
+@pytest.fixture(autouse=True)
+def seed():
+    torch.manual_seed(0)
+
+
+def test_explicit_formula_equals_fused_kernel_with_and_without_masks():
+    q, k, v = torch.randn(2, 4, 5, 16), torch.randn(2, 4, 7, 16), torch.randn(2, 4, 7, 8)
+    keys = torch.tensor([[1, 2, 3, 4, 5, 0, 0], [1, 2, 3, 4, 5, 6, 7]])
+    for mask in (None, padding_mask(keys, pad_id=0), causal_mask(5, 7)):
+        ours, weights = scaled_dot_product_attention(q, k, v, mask)
+        fused = F.scaled_dot_product_attention(q, k, v, attn_mask=mask)
+        torch.testing.assert_close(ours, fused, atol=1e-5, rtol=1e-5)
+        torch.testing.assert_close(weights.sum(-1), torch.ones(2, 4, 5))
+        if mask is not None:
+            assert torch.all(weights.masked_select(~mask.expand_as(weights)) == 0)
+
+
+def test_masks_follow_the_true_means_attend_convention():
+    ids = torch.tensor([[7, 8, 0]])
+    assert padding_mask(ids, 0).tolist() == [[[[True, True, False]]]]
+    assert causal_mask(3).tolist() == [[True, False, False], [True, True, False], [True, True, True]]
+    # two new queries at the end of a sequence of four keys
+    assert causal_mask(2, 4).tolist() == [[True, True, True, False], [True, True, True, True]]
+
+
+def _load_into_torch(ours: MultiHeadAttention, theirs: torch.nn.MultiheadAttention) -> None:
+    with torch.no_grad():
+        theirs.in_proj_weight.copy_(torch.cat([ours.w_q.weight, ours.w_k.weight, ours.w_v.weight]))
+        theirs.in_proj_bias.copy_(torch.cat([ours.w_q.bias, ours.w_k.bias, ours.w_v.bias]))
+        theirs.out_proj.weight.copy_(ours.w_o.weight)
+        theirs.out_proj.bias.copy_(ours.w_o.bias)
+
+
+def test_multi_head_attention_equals_torch_given_the_same_weights():
+    ours = MultiHeadAttention(32, 4).eval()
+    theirs = torch.nn.MultiheadAttention(32, 4, batch_first=True).eval()
+    _load_into_torch(ours, theirs)
+    query, memory = torch.randn(3, 5, 32), torch.randn(3, 6, 32)
+    ids = torch.tensor([[1] * 6, [1, 1, 1, 1, 0, 0], [1, 1, 0, 0, 0, 0]])
+    with torch.no_grad():
+        out, weights = ours(query, memory, memory, mask=padding_mask(ids, 0), need_weights=True)
+        expected, expected_weights = theirs(
+            query, memory, memory, key_padding_mask=ids == 0, need_weights=True, average_attn_weights=False
+        )
+        torch.testing.assert_close(out, expected, atol=1e-5, rtol=1e-5)
+        torch.testing.assert_close(weights, expected_weights, atol=1e-6, rtol=1e-5)
+        # causal self-attention: torch's attn_mask is True where attention is NOT allowed
+        out, _ = ours(query, query, query, is_causal=True)
+        expected, _ = theirs(query, query, query, attn_mask=~causal_mask(5))
+        torch.testing.assert_close(out, expected, atol=1e-5, rtol=1e-5)
+
+
+def test_fast_path_equals_weights_path_with_causal_and_padding_masks_together():
+    layer = MultiHeadAttention(32, 4).eval()
+    x = torch.randn(2, 6, 32)
+    mask = padding_mask(torch.tensor([[1] * 6, [1, 1, 1, 0, 0, 0]]), 0)
+    with torch.no_grad():
+        fast, _ = layer(x, x, x, mask=mask, is_causal=True)
+        explicit, weights = layer(x, x, x, mask=mask, is_causal=True, need_weights=True)
+    torch.testing.assert_close(fast, explicit, atol=1e-5, rtol=1e-5)
+    assert torch.all(weights[1, :, 4, 3:] == 0) and torch.all(weights[:, :, 0, 1:] == 0)
+
+
+def test_self_attention_cache_equals_full_causal_attention():
+    layer = MultiHeadAttention(32, 4).eval()
+    x = torch.randn(2, 6, 32)
+    with torch.no_grad():
+        full, _ = layer(x, x, x, is_causal=True)
+        cache = KeyValueCache()
+        first, _ = layer(x[:, :2], x[:, :2], x[:, :2], is_causal=True, cache=cache)  # a prefix of two
+        rest = [layer(x[:, t : t + 1], x[:, t : t + 1], x[:, t : t + 1], is_causal=True, cache=cache)[0] for t in range(2, 6)]
+    torch.testing.assert_close(torch.cat([first, *rest], 1), full, atol=1e-5, rtol=1e-5)
+    assert len(cache) == 6
+
+
+def test_static_cache_projects_memory_once_and_reorders():
+    layer = MultiHeadAttention(32, 4).eval()
+    query, memory = torch.randn(3, 1, 32), torch.randn(3, 5, 32)
+    cache = KeyValueCache(static=True)
+    with torch.no_grad():
+        first, _ = layer(query, memory, memory, cache=cache)
+        again, _ = layer(query, torch.zeros_like(memory), torch.zeros_like(memory), cache=cache)  # memory ignored now
+        torch.testing.assert_close(first, again)
+        cache.reorder(torch.tensor([2, 0]))
+        reordered, _ = layer(query[[2, 0]], memory[[2, 0]], memory[[2, 0]], cache=cache)
+    torch.testing.assert_close(reordered, first[[2, 0]])
+
+
+def test_d_k_and_d_v_can_differ_from_d_model_over_h():
+    layer = MultiHeadAttention(32, 4, d_k=4, d_v=16)
+    assert layer.w_q.out_features == 16 and layer.w_v.out_features == 64 and layer.w_o.in_features == 64
+    assert layer(torch.randn(2, 3, 32), torch.randn(2, 5, 32), torch.randn(2, 5, 32))[0].shape == (2, 3, 32)
+
+
+def test_bad_configuration_and_inputs_raise_clear_errors():
+    with pytest.raises(ValueError, match="d_model must be divisible by n_heads.*d_model=30, n_heads=4"):
+        MultiHeadAttention(30, 4)
+    layer = MultiHeadAttention(32, 4)
+    x = torch.randn(2, 5, 32)
+    with pytest.raises(ValueError, match=r"mask must broadcast to \(batch, heads, query, key\) = \(2, 4, 5, 5\); got shape \(2, 5\)"):
+        layer(x, x, x, mask=torch.ones(2, 5, dtype=torch.bool))
+    with pytest.raises(TypeError, match="mask must be a boolean tensor"):
+        layer(x, x, x, mask=torch.ones(2, 1, 1, 5))
+    with pytest.raises(ValueError, match=r"query must have shape \(batch, length, d_model=32\); got \(2, 5, 16\)"):
+        layer(torch.randn(2, 5, 16), x, x)
+    with pytest.raises(ValueError, match="must share the batch size"):
+        layer(x, x[:1], x[:1])

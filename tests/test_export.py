@@ -1,0 +1,51 @@
+"""The committed package is exactly what the chapters export (tools/export.py)."""
+
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def export(*args: str) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, str(ROOT / "tools" / "export.py"), *args], capture_output=True, text=True)
+
+
+def test_committed_package_matches_the_chapters():
+    result = export("--check")
+    assert result.returncode == 0, result.stderr
+
+
+def test_every_generated_file_names_its_chapter():
+    for module in (ROOT / "transformer").glob("*.py"):
+        if module.name != "__init__.py":
+            chapter = module.stem + ".md"
+            assert module.read_text().startswith(f"# Generated from book/{chapter}"), module
+            assert (ROOT / "book" / chapter).exists()
+
+
+@pytest.fixture
+def package_copy(tmp_path):
+    shutil.copytree(ROOT / "transformer", tmp_path / "transformer", ignore=shutil.ignore_patterns("__pycache__"))
+    return tmp_path / "transformer"
+
+
+@pytest.mark.parametrize("tamper", ["delete", "edit", "extra"])
+def test_check_fails_on_any_difference_and_export_repairs_it(package_copy, tamper):
+    if tamper == "delete":
+        (package_copy / "attention.py").unlink()
+        expected = "attention.py: missing"
+    elif tamper == "edit":
+        path = package_copy / "model.py"
+        path.write_text(path.read_text().replace("d_model: int = 512", "d_model: int = 256"))
+        expected = "d_model: int = 512"
+    else:
+        (package_copy / "stale.py").write_text("x = 1\n")
+        expected = "stale.py: no chapter exports it"
+    result = export("--check", "--package", str(package_copy))
+    assert result.returncode == 1 and expected in result.stderr
+    assert export("--package", str(package_copy)).returncode == 0
+    assert export("--check", "--package", str(package_copy)).returncode == 0

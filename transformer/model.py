@@ -1,0 +1,304 @@
+# Generated from book/model.md by tools/export.py: edit the chapter, not this file.
+"""Encoder and decoder stacks, the full Transformer and its configuration (§3.1 of the paper)."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, fields
+
+import torch
+from torch import Tensor, nn
+
+from transformer.attention import KeyValueCache, MultiHeadAttention, padding_mask
+from transformer.embeddings import Embeddings, OutputProjection, check_token_ids
+from transformer.feed_forward import PositionwiseFeedForward
+from transformer.positional import LearnedPositionalEmbedding, SinusoidalPositionalEncoding
+
+
+@dataclass
+class TransformerConfig:
+    """Hyperparameters of the Transformer; the defaults are the paper's base model.
+
+    d_k and d_v default to d_model // n_heads. dropout is P_drop (§5.4), applied to every
+    sub-layer output and to the sums of embeddings and positional encodings;
+    attention_dropout and activation_dropout (inside attention and the FFN) are 0 in the paper.
+    norm_first=False is the paper's post-LN, LayerNorm(x + Sublayer(x)); True is pre-LN.
+    share_embeddings ties the source and target embeddings (one shared vocabulary);
+    tie_output ties the target embedding and the pre-softmax projection.
+    """
+
+    src_vocab_size: int = 37000
+    tgt_vocab_size: int = 37000
+    d_model: int = 512
+    n_heads: int = 8
+    d_ff: int = 2048
+    n_layers: int = 6
+    d_k: int | None = None
+    d_v: int | None = None
+    dropout: float = 0.1
+    attention_dropout: float = 0.0
+    activation_dropout: float = 0.0
+    activation: str = "relu"
+    norm_first: bool = False
+    positional: str = "sinusoidal"
+    max_len: int = 1024
+    share_embeddings: bool = True
+    tie_output: bool = True
+    pad_id: int = 0
+    layer_norm_eps: float = 1e-6
+
+    def __post_init__(self) -> None:
+        for name in ("src_vocab_size", "tgt_vocab_size", "d_model", "n_heads", "d_ff", "n_layers", "max_len"):
+            value = getattr(self, name)
+            if not isinstance(value, int) or isinstance(value, bool) or value <= 0:
+                raise ValueError(f"{name} must be a positive integer; got {value!r}")
+        for name in ("d_k", "d_v"):
+            value = getattr(self, name)
+            if value is not None and (not isinstance(value, int) or value <= 0):
+                raise ValueError(f"{name} must be a positive integer or None (d_model // n_heads); got {value!r}")
+        if (self.d_k is None or self.d_v is None) and self.d_model % self.n_heads != 0:
+            raise ValueError(
+                f"d_model must be divisible by n_heads (d_k = d_v = d_model / n_heads); "
+                f"got d_model={self.d_model}, n_heads={self.n_heads}"
+            )
+        for name in ("dropout", "attention_dropout", "activation_dropout"):
+            value = getattr(self, name)
+            if not 0.0 <= value < 1.0:
+                raise ValueError(f"{name} must be in [0, 1); got {value!r}")
+        if self.activation not in PositionwiseFeedForward.ACTIVATIONS:
+            raise ValueError(f"activation must be one of {sorted(PositionwiseFeedForward.ACTIVATIONS)}; got {self.activation!r}")
+        if self.positional not in ("sinusoidal", "learned"):
+            raise ValueError(f"positional must be 'sinusoidal' or 'learned'; got {self.positional!r}")
+        if self.positional == "sinusoidal" and self.d_model % 2 != 0:
+            raise ValueError(f"sinusoidal positions need an even d_model; got {self.d_model}")
+        if self.share_embeddings and self.src_vocab_size != self.tgt_vocab_size:
+            raise ValueError(
+                f"share_embeddings needs one shared vocabulary; got src_vocab_size={self.src_vocab_size} "
+                f"and tgt_vocab_size={self.tgt_vocab_size} (set share_embeddings=False)"
+            )
+        if not 0 <= self.pad_id < min(self.src_vocab_size, self.tgt_vocab_size):
+            raise ValueError(
+                f"pad_id must be a token id of both vocabularies, in [0, {min(self.src_vocab_size, self.tgt_vocab_size)}); "
+                f"got {self.pad_id}"
+            )
+
+    @classmethod
+    def base(cls, **overrides) -> TransformerConfig:
+        """The base model: N=6, d_model=512, d_ff=2048, h=8, P_drop=0.1 (about 63M parameters with V=37000)."""
+        return cls(**overrides)
+
+    @classmethod
+    def big(cls, **overrides) -> TransformerConfig:
+        """The big model: N=6, d_model=1024, d_ff=4096, h=16, P_drop=0.3 (the paper's EN-DE setting)."""
+        return cls(**{"d_model": 1024, "d_ff": 4096, "n_heads": 16, "dropout": 0.3, **overrides})
+
+    @classmethod
+    def table3(cls, **overrides) -> dict[str, TransformerConfig]:
+        """The architectural rows of Table 3, each a variation of the base model, by label."""
+        rows = {
+            "(A) h=1": {"n_heads": 1},
+            "(A) h=4": {"n_heads": 4},
+            "(A) h=16": {"n_heads": 16},
+            "(A) h=32": {"n_heads": 32},
+            "(B) d_k=16": {"d_k": 16, "d_v": 64},
+            "(B) d_k=32": {"d_k": 32, "d_v": 64},
+            "(C) N=2": {"n_layers": 2},
+            "(C) N=4": {"n_layers": 4},
+            "(C) N=8": {"n_layers": 8},
+            "(C) d_model=256": {"d_model": 256},
+            "(C) d_model=1024": {"d_model": 1024},
+            "(C) d_ff=1024": {"d_ff": 1024},
+            "(C) d_ff=4096": {"d_ff": 4096},
+            "(D) P_drop=0.0": {"dropout": 0.0},
+            "(D) P_drop=0.2": {"dropout": 0.2},
+            "(E) learned positions": {"positional": "learned"},
+        }
+        return {label: cls(**{**row, **overrides}) for label, row in rows.items()}
+
+    def to_dict(self) -> dict:
+        """The fields as a plain dict (what a checkpoint stores)."""
+        return {f.name: getattr(self, f.name) for f in fields(self)}
+
+
+class SublayerConnection(nn.Module):
+    """A residual connection around a sub-layer, with dropout and layer normalization.
+
+    post-LN (the paper): LayerNorm(x + Dropout(Sublayer(x)));
+    pre-LN (norm_first):  x + Dropout(Sublayer(LayerNorm(x))).
+    Shape: (batch, n, d_model) -> (batch, n, d_model).
+    """
+
+    def __init__(self, d_model: int, dropout: float, norm_first: bool = False, eps: float = 1e-6):
+        super().__init__()
+        self.norm = nn.LayerNorm(d_model, eps=eps)
+        self.dropout = nn.Dropout(dropout)
+        self.norm_first = norm_first
+
+    def forward(self, x: Tensor, sublayer: Callable[[Tensor], Tensor]) -> Tensor:
+        if self.norm_first:
+            return x + self.dropout(sublayer(self.norm(x)))
+        return self.norm(x + self.dropout(sublayer(x)))
+
+
+def _attention(config: TransformerConfig) -> MultiHeadAttention:
+    return MultiHeadAttention(config.d_model, config.n_heads, config.d_k, config.d_v, config.attention_dropout)
+
+
+def _sublayer(config: TransformerConfig) -> SublayerConnection:
+    return SublayerConnection(config.d_model, config.dropout, config.norm_first, config.layer_norm_eps)
+
+
+class EncoderLayer(nn.Module):
+    """Self-attention then the FFN, each inside a SublayerConnection.
+
+    Shapes: x (batch, n, d_model); mask broadcastable to (batch, h, n, n), True = may attend.
+    """
+
+    def __init__(self, config: TransformerConfig):
+        super().__init__()
+        self.self_attn = _attention(config)
+        self.feed_forward = PositionwiseFeedForward(config.d_model, config.d_ff, config.activation, config.activation_dropout)
+        self.sublayers = nn.ModuleList([_sublayer(config) for _ in range(2)])
+
+    def forward(self, x: Tensor, mask: Tensor | None = None) -> Tensor:
+        x = self.sublayers[0](x, lambda x: self.self_attn(x, x, x, mask=mask)[0])
+        return self.sublayers[1](x, self.feed_forward)
+
+
+class Encoder(nn.Module):
+    """N encoder layers (and a final LayerNorm when pre-LN). (batch, n, d_model) -> (batch, n, d_model)."""
+
+    def __init__(self, config: TransformerConfig):
+        super().__init__()
+        self.layers = nn.ModuleList([EncoderLayer(config) for _ in range(config.n_layers)])
+        self.norm = nn.LayerNorm(config.d_model, eps=config.layer_norm_eps) if config.norm_first else nn.Identity()
+
+    def forward(self, x: Tensor, mask: Tensor | None = None) -> Tensor:
+        for layer in self.layers:
+            x = layer(x, mask)
+        return self.norm(x)
+
+
+class DecoderLayer(nn.Module):
+    """Masked self-attention, encoder-decoder attention, then the FFN, each inside a SublayerConnection.
+
+    Shapes: x (batch, m, d_model); memory (batch, n, d_model); memory_mask broadcastable to
+    (batch, h, m, n), True = may attend. cache: (self-attention cache, cross-attention cache),
+    with x holding only the new positions.
+    """
+
+    def __init__(self, config: TransformerConfig):
+        super().__init__()
+        self.self_attn = _attention(config)
+        self.cross_attn = _attention(config)
+        self.feed_forward = PositionwiseFeedForward(config.d_model, config.d_ff, config.activation, config.activation_dropout)
+        self.sublayers = nn.ModuleList([_sublayer(config) for _ in range(3)])
+
+    def forward(
+        self,
+        x: Tensor,
+        memory: Tensor,
+        memory_mask: Tensor | None = None,
+        cache: tuple[KeyValueCache, KeyValueCache] | None = None,
+    ) -> Tensor:
+        self_cache, cross_cache = cache if cache is not None else (None, None)
+        x = self.sublayers[0](x, lambda x: self.self_attn(x, x, x, is_causal=True, cache=self_cache)[0])
+        x = self.sublayers[1](x, lambda x: self.cross_attn(x, memory, memory, mask=memory_mask, cache=cross_cache)[0])
+        return self.sublayers[2](x, self.feed_forward)
+
+
+class Decoder(nn.Module):
+    """N decoder layers (and a final LayerNorm when pre-LN). (batch, m, d_model) -> (batch, m, d_model)."""
+
+    def __init__(self, config: TransformerConfig):
+        super().__init__()
+        self.layers = nn.ModuleList([DecoderLayer(config) for _ in range(config.n_layers)])
+        self.norm = nn.LayerNorm(config.d_model, eps=config.layer_norm_eps) if config.norm_first else nn.Identity()
+
+    def forward(
+        self,
+        x: Tensor,
+        memory: Tensor,
+        memory_mask: Tensor | None = None,
+        cache: list[tuple[KeyValueCache, KeyValueCache]] | None = None,
+    ) -> Tensor:
+        for i, layer in enumerate(self.layers):
+            x = layer(x, memory, memory_mask, None if cache is None else cache[i])
+        return self.norm(x)
+
+
+class Transformer(nn.Module):
+    """The encoder-decoder Transformer of "Attention Is All You Need".
+
+    Shapes: src (batch, n) and tgt (batch, m) token ids, right-padded with config.pad_id;
+    forward returns logits (batch, m, tgt_vocab_size).
+    """
+
+    def __init__(self, config: TransformerConfig):
+        super().__init__()
+        self.config = config
+        self.src_embed = Embeddings(config.src_vocab_size, config.d_model)
+        self.tgt_embed = self.src_embed if config.share_embeddings else Embeddings(config.tgt_vocab_size, config.d_model)
+        if config.positional == "sinusoidal":
+            self.src_positions = self.tgt_positions = SinusoidalPositionalEncoding(config.d_model, config.max_len)
+        else:
+            self.src_positions = LearnedPositionalEmbedding(config.d_model, config.max_len)
+            self.tgt_positions = LearnedPositionalEmbedding(config.d_model, config.max_len)
+        self.dropout = nn.Dropout(config.dropout)
+        self.encoder = Encoder(config)
+        self.decoder = Decoder(config)
+        for module in [*self.encoder.modules(), *self.decoder.modules()]:
+            if isinstance(module, nn.Linear):
+                nn.init.xavier_uniform_(module.weight)
+                if module.bias is not None:
+                    nn.init.zeros_(module.bias)
+        self.output = OutputProjection(config.d_model, config.tgt_vocab_size, self.tgt_embed if config.tie_output else None)
+        if not config.tie_output:
+            nn.init.normal_(self.output.linear.weight, std=config.d_model**-0.5)
+
+    def _check_ids(self, tokens: Tensor, name: str, vocab_size: int) -> None:
+        if tokens.dim() != 2:
+            raise ValueError(f"{name} must be token ids of shape (batch, length); got shape {tuple(tokens.shape)}")
+        if tokens.size(1) == 0:
+            raise ValueError(f"{name} must hold at least one token; got shape {tuple(tokens.shape)}")
+        check_token_ids(tokens, vocab_size, name)
+
+    def encode(self, src: Tensor) -> Tensor:
+        """Source ids (batch, n) -> encoder output `memory` (batch, n, d_model)."""
+        self._check_ids(src, "src", self.config.src_vocab_size)
+        x = self.dropout(self.src_positions(self.src_embed(src)))
+        return self.encoder(x, padding_mask(src, self.config.pad_id))
+
+    def decode(
+        self,
+        tgt: Tensor,
+        memory: Tensor,
+        memory_mask: Tensor | None = None,
+        cache: list[tuple[KeyValueCache, KeyValueCache]] | None = None,
+    ) -> Tensor:
+        """Target ids (batch, m) and memory (batch, n, d_model) -> logits (batch, m, tgt_vocab_size).
+
+        memory_mask is padding_mask(src, pad_id), (batch, 1, 1, n). With a cache from
+        new_cache(), tgt holds only the tokens after those already decoded.
+        """
+        self._check_ids(tgt, "tgt", self.config.tgt_vocab_size)
+        if memory.dim() != 3 or memory.size(0) != tgt.size(0) or memory.size(2) != self.config.d_model:
+            raise ValueError(
+                f"memory must have shape (batch={tgt.size(0)}, n, d_model={self.config.d_model}); got {tuple(memory.shape)}"
+            )
+        start = 0 if cache is None else len(cache[0][0])
+        x = self.dropout(self.tgt_positions(self.tgt_embed(tgt), start=start))
+        return self.output(self.decoder(x, memory, memory_mask, cache))
+
+    def forward(self, src: Tensor, tgt: Tensor) -> Tensor:
+        """Source ids (batch, n), shifted target ids (batch, m) -> logits (batch, m, tgt_vocab_size)."""
+        if src.dim() == 2 and tgt.dim() == 2 and src.size(0) != tgt.size(0):
+            raise ValueError(f"src and tgt must have the same batch size; got {src.size(0)} and {tgt.size(0)}")
+        return self.decode(tgt, self.encode(src), padding_mask(src, self.config.pad_id))
+
+    def new_cache(self) -> list[tuple[KeyValueCache, KeyValueCache]]:
+        """Empty key/value caches for incremental decoding: (self, cross) for each decoder layer."""
+        return [(KeyValueCache(), KeyValueCache(static=True)) for _ in self.decoder.layers]
+
+
+__all__ = ['TransformerConfig', 'SublayerConnection', 'EncoderLayer', 'Encoder', 'DecoderLayer', 'Decoder', 'Transformer']
