@@ -5,7 +5,7 @@ PYTHON ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
 NOTEBOOKS := build/notebooks
-CHAPTERS := $(wildcard book/*.md)
+CHAPTERS := $(shell grep -l '^kernelspec:' book/*.md)
 
 .PHONY: install export check-export notebooks test test-quick book lab clean
 
