@@ -41,6 +41,12 @@ def chapter_module(chapter: Path) -> tuple[str, str] | None:
         if cells:
             raise ValueError(f"{chapter}: cells are tagged 'export' but the front matter names no 'module'")
         return None
+    kept = notebook.metadata.get("jupytext", {}).get("notebook_metadata_filter", "")
+    if "module" not in kept.split(","):
+        raise ValueError(
+            f"{chapter}: add 'notebook_metadata_filter: module' under 'jupytext:' in the front matter, "
+            "or jupytext drops 'module' when the chapter is saved from Jupyter"
+        )
     if not module.isidentifier():
         raise ValueError(f"{chapter}: 'module' must be a Python identifier, got {module!r}")
     if not cells:

@@ -17,7 +17,11 @@ from torch import Tensor, nn
 
 
 def scaled_dot_product_attention(
-    query: Tensor, key: Tensor, value: Tensor, mask: Tensor | None = None, dropout_p: float = 0.0
+    query: Tensor,
+    key: Tensor,
+    value: Tensor,
+    mask: Tensor | None = None,
+    dropout_p: float = 0.0,
 ) -> tuple[Tensor, Tensor]:
     """softmax(Q K^T / sqrt(d_k)) V, the paper's equation (1), written out.
 
@@ -36,18 +40,25 @@ def scaled_dot_product_attention(
 
 
 def padding_mask(tokens: Tensor, pad_id: int) -> Tensor:
-    """True at real tokens: ids (batch, n) -> mask (batch, 1, 1, n), broadcast over heads and queries."""
+    """True at real tokens: ids (batch, n) -> mask (batch, 1, 1, n).
+
+    The mask broadcasts over the heads and the queries.
+    """
     return (tokens != pad_id)[:, None, None, :]
 
 
-def causal_mask(n_queries: int, n_keys: int | None = None, device: torch.device | None = None) -> Tensor:
+def causal_mask(
+    n_queries: int, n_keys: int | None = None, device: torch.device | None = None
+) -> Tensor:
     """True where query i may attend to key j, i.e. j <= i: a (n_queries, n_keys) lower triangle.
 
     With n_keys > n_queries the queries are the newest n_queries positions of a sequence of
     n_keys (incremental decoding): query i sits at position i + n_keys - n_queries.
     """
     n_keys = n_queries if n_keys is None else n_keys
-    return torch.ones(n_queries, n_keys, dtype=torch.bool, device=device).tril(n_keys - n_queries)
+    return torch.ones(n_queries, n_keys, dtype=torch.bool, device=device).tril(
+        n_keys - n_queries
+    )
 
 
 @dataclass
@@ -68,7 +79,9 @@ class KeyValueCache:
     def reorder(self, index: Tensor) -> None:
         """Keep the batch rows `index` (beam search: the hypotheses that survive a step)."""
         if self.key is not None:
-            self.key, self.value = self.key.index_select(0, index), self.value.index_select(0, index)
+            self.key, self.value = self.key.index_select(
+                0, index
+            ), self.value.index_select(0, index)
 
 
 class MultiHeadAttention(nn.Module):
@@ -97,7 +110,9 @@ class MultiHeadAttention(nn.Module):
     ):
         super().__init__()
         if d_model <= 0 or n_heads <= 0:
-            raise ValueError(f"d_model and n_heads must be positive; got d_model={d_model}, n_heads={n_heads}")
+            raise ValueError(
+                f"d_model and n_heads must be positive; got d_model={d_model}, n_heads={n_heads}"
+            )
         if (d_k is None or d_v is None) and d_model % n_heads != 0:
             raise ValueError(
                 f"d_model must be divisible by n_heads to give d_k = d_v = d_model / n_heads; "
@@ -119,8 +134,13 @@ class MultiHeadAttention(nn.Module):
     def _check_inputs(self, query: Tensor, key: Tensor, value: Tensor) -> None:
         for name, x in (("query", query), ("key", key), ("value", value)):
             if x.dim() != 3 or x.size(-1) != self.d_model:
-                raise ValueError(f"{name} must have shape (batch, length, d_model={self.d_model}); got {tuple(x.shape)}")
-        if not (query.size(0) == key.size(0) == value.size(0)) or key.size(1) != value.size(1):
+                raise ValueError(
+                    f"{name} must have shape (batch, length, d_model={self.d_model}); "
+                    f"got {tuple(x.shape)}"
+                )
+        if not (query.size(0) == key.size(0) == value.size(0)) or key.size(
+            1
+        ) != value.size(1):
             raise ValueError(
                 f"query, key and value must share the batch size, and key and value the length; "
                 f"got {tuple(query.shape)}, {tuple(key.shape)}, {tuple(value.shape)}"
@@ -129,10 +149,15 @@ class MultiHeadAttention(nn.Module):
     def _check_mask(self, mask: Tensor, n_q: int, n_k: int, batch: int) -> None:
         expected = (batch, self.n_heads, n_q, n_k)
         if mask.dtype != torch.bool:
-            raise TypeError(f"mask must be a boolean tensor (True = may attend); got dtype {mask.dtype}")
-        if mask.dim() > 4 or any(m not in (1, e) for m, e in zip(reversed(mask.shape), reversed(expected))):
+            raise TypeError(
+                f"mask must be a boolean tensor (True = may attend); got dtype {mask.dtype}"
+            )
+        if mask.dim() > 4 or any(
+            m not in (1, e) for m, e in zip(reversed(mask.shape), reversed(expected))
+        ):
             raise ValueError(
-                f"mask must broadcast to (batch, heads, query, key) = {expected}; got shape {tuple(mask.shape)}"
+                f"mask must broadcast to (batch, heads, query, key) = {expected}; "
+                f"got shape {tuple(mask.shape)}"
             )
 
     def forward(
@@ -160,7 +185,9 @@ class MultiHeadAttention(nn.Module):
             v = self._split_heads(self.w_v(value), self.d_v)  # (batch, h, n_k, d_v)
             if cache is not None:
                 if cache.key is not None:
-                    k, v = torch.cat([cache.key, k], dim=2), torch.cat([cache.value, v], dim=2)
+                    k, v = torch.cat([cache.key, k], dim=2), torch.cat(
+                        [cache.value, v], dim=2
+                    )
                 cache.key, cache.value = k, v
         n_k = k.size(2)
         if mask is not None:
@@ -174,9 +201,13 @@ class MultiHeadAttention(nn.Module):
         if need_weights:
             out, weights = scaled_dot_product_attention(q, k, v, mask, dropout_p)
         else:
-            out = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, dropout_p=dropout_p, is_causal=is_causal)
+            out = F.scaled_dot_product_attention(
+                q, k, v, attn_mask=mask, dropout_p=dropout_p, is_causal=is_causal
+            )
             weights = None
-        out = out.transpose(1, 2).reshape(batch, n_q, self.n_heads * self.d_v)  # Concat(head_1..head_h)
+        out = out.transpose(1, 2).reshape(
+            batch, n_q, self.n_heads * self.d_v
+        )  # Concat(head_1..head_h)
         return self.w_o(out), weights
 
 

@@ -12,13 +12,16 @@ from torch import Tensor, nn
 def check_token_ids(tokens: Tensor, vocab_size: int, name: str = "tokens") -> None:
     """Raise unless `tokens` is an integer tensor of ids in [0, vocab_size)."""
     if tokens.dtype not in (torch.int64, torch.int32):
-        raise TypeError(f"{name} must be integer token ids (torch.long); got dtype {tokens.dtype}")
+        raise TypeError(
+            f"{name} must be integer token ids (torch.long); got dtype {tokens.dtype}"
+        )
     if tokens.numel() == 0 or torch.compiler.is_compiling():
         return
     low, high = torch.aminmax(tokens)
     if low < 0 or high >= vocab_size:
         raise ValueError(
-            f"{name} must be token ids in [0, {vocab_size}) (the vocabulary size); got ids from {low.item()} to {high.item()}"
+            f"{name} must be token ids in [0, {vocab_size}) (the vocabulary size); "
+            f"got ids from {low.item()} to {high.item()}"
         )
 
 
@@ -53,7 +56,8 @@ class OutputProjection(nn.Module):
         if shared is not None:
             if shared.embedding.weight.shape != self.linear.weight.shape:
                 raise ValueError(
-                    f"a shared embedding must be (vocab_size, d_model) = {tuple(self.linear.weight.shape)}; "
+                    "a shared embedding must be (vocab_size, d_model) = "
+                    f"{tuple(self.linear.weight.shape)}; "
                     f"got {tuple(shared.embedding.weight.shape)}"
                 )
             self.linear.weight = shared.embedding.weight

@@ -20,14 +20,26 @@ class PositionwiseFeedForward(nn.Module):
     Shape: (..., d_model) -> (..., d_model).
     """
 
-    ACTIVATIONS = {"relu": F.relu, "gelu": F.gelu, "reglu": F.relu, "geglu": F.gelu, "swiglu": F.silu}
+    ACTIVATIONS = {
+        "relu": F.relu,
+        "gelu": F.gelu,
+        "reglu": F.relu,
+        "geglu": F.gelu,
+        "swiglu": F.silu,
+    }
 
-    def __init__(self, d_model: int, d_ff: int, activation: str = "relu", dropout: float = 0.0):
+    def __init__(
+        self, d_model: int, d_ff: int, activation: str = "relu", dropout: float = 0.0
+    ):
         super().__init__()
         if activation not in self.ACTIVATIONS:
-            raise ValueError(f"activation must be one of {sorted(self.ACTIVATIONS)}; got {activation!r}")
+            raise ValueError(
+                f"activation must be one of {sorted(self.ACTIVATIONS)}; got {activation!r}"
+            )
         if d_model <= 0 or d_ff <= 0:
-            raise ValueError(f"d_model and d_ff must be positive; got d_model={d_model}, d_ff={d_ff}")
+            raise ValueError(
+                f"d_model and d_ff must be positive; got d_model={d_model}, d_ff={d_ff}"
+            )
         self.activation = activation
         self.w_1 = nn.Linear(d_model, d_ff)
         self.v = nn.Linear(d_model, d_ff) if activation.endswith("glu") else None

@@ -12,7 +12,10 @@ from torch import Tensor, nn
 from transformer.attention import KeyValueCache, MultiHeadAttention, padding_mask
 from transformer.embeddings import Embeddings, OutputProjection, check_token_ids
 from transformer.feed_forward import PositionwiseFeedForward
-from transformer.positional import LearnedPositionalEmbedding, SinusoidalPositionalEncoding
+from transformer.positional import (
+    LearnedPositionalEmbedding,
+    SinusoidalPositionalEncoding,
+)
 
 
 @dataclass
@@ -48,14 +51,24 @@ class TransformerConfig:
     layer_norm_eps: float = 1e-6
 
     def __post_init__(self) -> None:
-        for name in ("src_vocab_size", "tgt_vocab_size", "d_model", "n_heads", "d_ff", "n_layers", "max_len"):
+        for name in (
+            "src_vocab_size",
+            "tgt_vocab_size",
+            "d_model",
+            "n_heads",
+            "d_ff",
+            "n_layers",
+            "max_len",
+        ):
             value = getattr(self, name)
             if not isinstance(value, int) or isinstance(value, bool) or value <= 0:
                 raise ValueError(f"{name} must be a positive integer; got {value!r}")
         for name in ("d_k", "d_v"):
             value = getattr(self, name)
             if value is not None and (not isinstance(value, int) or value <= 0):
-                raise ValueError(f"{name} must be a positive integer or None (d_model // n_heads); got {value!r}")
+                raise ValueError(
+                    f"{name} must be a positive integer or None (d_model // n_heads); got {value!r}"
+                )
         if (self.d_k is None or self.d_v is None) and self.d_model % self.n_heads != 0:
             raise ValueError(
                 f"d_model must be divisible by n_heads (d_k = d_v = d_model / n_heads); "
@@ -66,31 +79,48 @@ class TransformerConfig:
             if not 0.0 <= value < 1.0:
                 raise ValueError(f"{name} must be in [0, 1); got {value!r}")
         if self.activation not in PositionwiseFeedForward.ACTIVATIONS:
-            raise ValueError(f"activation must be one of {sorted(PositionwiseFeedForward.ACTIVATIONS)}; got {self.activation!r}")
+            raise ValueError(
+                f"activation must be one of {sorted(PositionwiseFeedForward.ACTIVATIONS)}; "
+                f"got {self.activation!r}"
+            )
         if self.positional not in ("sinusoidal", "learned"):
-            raise ValueError(f"positional must be 'sinusoidal' or 'learned'; got {self.positional!r}")
+            raise ValueError(
+                f"positional must be 'sinusoidal' or 'learned'; got {self.positional!r}"
+            )
         if self.positional == "sinusoidal" and self.d_model % 2 != 0:
-            raise ValueError(f"sinusoidal positions need an even d_model; got {self.d_model}")
+            raise ValueError(
+                f"sinusoidal positions need an even d_model; got {self.d_model}"
+            )
         if self.share_embeddings and self.src_vocab_size != self.tgt_vocab_size:
             raise ValueError(
-                f"share_embeddings needs one shared vocabulary; got src_vocab_size={self.src_vocab_size} "
+                "share_embeddings needs one shared vocabulary; "
+                f"got src_vocab_size={self.src_vocab_size} "
                 f"and tgt_vocab_size={self.tgt_vocab_size} (set share_embeddings=False)"
             )
         if not 0 <= self.pad_id < min(self.src_vocab_size, self.tgt_vocab_size):
             raise ValueError(
-                f"pad_id must be a token id of both vocabularies, in [0, {min(self.src_vocab_size, self.tgt_vocab_size)}); "
+                "pad_id must be a token id of both vocabularies, "
+                f"in [0, {min(self.src_vocab_size, self.tgt_vocab_size)}); "
                 f"got {self.pad_id}"
             )
 
     @classmethod
     def base(cls, **overrides) -> TransformerConfig:
-        """The base model: N=6, d_model=512, d_ff=2048, h=8, P_drop=0.1 (about 63M parameters with V=37000)."""
+        """The base model: N=6, d_model=512, d_ff=2048, h=8, P_drop=0.1 (63M parameters, V=37000)."""
         return cls(**overrides)
 
     @classmethod
     def big(cls, **overrides) -> TransformerConfig:
-        """The big model: N=6, d_model=1024, d_ff=4096, h=16, P_drop=0.3 (the paper's EN-DE setting)."""
-        return cls(**{"d_model": 1024, "d_ff": 4096, "n_heads": 16, "dropout": 0.3, **overrides})
+        """The big model: N=6, d_model=1024, d_ff=4096, h=16, P_drop=0.3 (EN-DE)."""
+        return cls(
+            **{
+                "d_model": 1024,
+                "d_ff": 4096,
+                "n_heads": 16,
+                "dropout": 0.3,
+                **overrides,
+            }
+        )
 
     @classmethod
     def table3(cls, **overrides) -> dict[str, TransformerConfig]:
@@ -128,7 +158,9 @@ class SublayerConnection(nn.Module):
     Shape: (batch, n, d_model) -> (batch, n, d_model).
     """
 
-    def __init__(self, d_model: int, dropout: float, norm_first: bool = False, eps: float = 1e-6):
+    def __init__(
+        self, d_model: int, dropout: float, norm_first: bool = False, eps: float = 1e-6
+    ):
         super().__init__()
         self.norm = nn.LayerNorm(d_model, eps=eps)
         self.dropout = nn.Dropout(dropout)
@@ -141,11 +173,15 @@ class SublayerConnection(nn.Module):
 
 
 def _attention(config: TransformerConfig) -> MultiHeadAttention:
-    return MultiHeadAttention(config.d_model, config.n_heads, config.d_k, config.d_v, config.attention_dropout)
+    return MultiHeadAttention(
+        config.d_model, config.n_heads, config.d_k, config.d_v, config.attention_dropout
+    )
 
 
 def _sublayer(config: TransformerConfig) -> SublayerConnection:
-    return SublayerConnection(config.d_model, config.dropout, config.norm_first, config.layer_norm_eps)
+    return SublayerConnection(
+        config.d_model, config.dropout, config.norm_first, config.layer_norm_eps
+    )
 
 
 class EncoderLayer(nn.Module):
@@ -157,7 +193,9 @@ class EncoderLayer(nn.Module):
     def __init__(self, config: TransformerConfig):
         super().__init__()
         self.self_attn = _attention(config)
-        self.feed_forward = PositionwiseFeedForward(config.d_model, config.d_ff, config.activation, config.activation_dropout)
+        self.feed_forward = PositionwiseFeedForward(
+            config.d_model, config.d_ff, config.activation, config.activation_dropout
+        )
         self.sublayers = nn.ModuleList([_sublayer(config) for _ in range(2)])
 
     def forward(self, x: Tensor, mask: Tensor | None = None) -> Tensor:
@@ -166,12 +204,21 @@ class EncoderLayer(nn.Module):
 
 
 class Encoder(nn.Module):
-    """N encoder layers (and a final LayerNorm when pre-LN). (batch, n, d_model) -> (batch, n, d_model)."""
+    """N encoder layers, and a final LayerNorm when pre-LN.
+
+    Shape: (batch, n, d_model) -> (batch, n, d_model).
+    """
 
     def __init__(self, config: TransformerConfig):
         super().__init__()
-        self.layers = nn.ModuleList([EncoderLayer(config) for _ in range(config.n_layers)])
-        self.norm = nn.LayerNorm(config.d_model, eps=config.layer_norm_eps) if config.norm_first else nn.Identity()
+        self.layers = nn.ModuleList(
+            [EncoderLayer(config) for _ in range(config.n_layers)]
+        )
+        self.norm = (
+            nn.LayerNorm(config.d_model, eps=config.layer_norm_eps)
+            if config.norm_first
+            else nn.Identity()
+        )
 
     def forward(self, x: Tensor, mask: Tensor | None = None) -> Tensor:
         for layer in self.layers:
@@ -180,7 +227,7 @@ class Encoder(nn.Module):
 
 
 class DecoderLayer(nn.Module):
-    """Masked self-attention, encoder-decoder attention, then the FFN, each inside a SublayerConnection.
+    """Masked self-attention, encoder-decoder attention, then the FFN, each in a SublayerConnection.
 
     Shapes: x (batch, m, d_model); memory (batch, n, d_model); memory_mask broadcastable to
     (batch, h, m, n), True = may attend. cache: (self-attention cache, cross-attention cache),
@@ -191,7 +238,9 @@ class DecoderLayer(nn.Module):
         super().__init__()
         self.self_attn = _attention(config)
         self.cross_attn = _attention(config)
-        self.feed_forward = PositionwiseFeedForward(config.d_model, config.d_ff, config.activation, config.activation_dropout)
+        self.feed_forward = PositionwiseFeedForward(
+            config.d_model, config.d_ff, config.activation, config.activation_dropout
+        )
         self.sublayers = nn.ModuleList([_sublayer(config) for _ in range(3)])
 
     def forward(
@@ -202,18 +251,34 @@ class DecoderLayer(nn.Module):
         cache: tuple[KeyValueCache, KeyValueCache] | None = None,
     ) -> Tensor:
         self_cache, cross_cache = cache if cache is not None else (None, None)
-        x = self.sublayers[0](x, lambda x: self.self_attn(x, x, x, is_causal=True, cache=self_cache)[0])
-        x = self.sublayers[1](x, lambda x: self.cross_attn(x, memory, memory, mask=memory_mask, cache=cross_cache)[0])
+        x = self.sublayers[0](
+            x, lambda x: self.self_attn(x, x, x, is_causal=True, cache=self_cache)[0]
+        )
+        x = self.sublayers[1](
+            x,
+            lambda x: self.cross_attn(
+                x, memory, memory, mask=memory_mask, cache=cross_cache
+            )[0],
+        )
         return self.sublayers[2](x, self.feed_forward)
 
 
 class Decoder(nn.Module):
-    """N decoder layers (and a final LayerNorm when pre-LN). (batch, m, d_model) -> (batch, m, d_model)."""
+    """N decoder layers, and a final LayerNorm when pre-LN.
+
+    Shape: (batch, m, d_model) -> (batch, m, d_model).
+    """
 
     def __init__(self, config: TransformerConfig):
         super().__init__()
-        self.layers = nn.ModuleList([DecoderLayer(config) for _ in range(config.n_layers)])
-        self.norm = nn.LayerNorm(config.d_model, eps=config.layer_norm_eps) if config.norm_first else nn.Identity()
+        self.layers = nn.ModuleList(
+            [DecoderLayer(config) for _ in range(config.n_layers)]
+        )
+        self.norm = (
+            nn.LayerNorm(config.d_model, eps=config.layer_norm_eps)
+            if config.norm_first
+            else nn.Identity()
+        )
 
     def forward(
         self,
@@ -238,12 +303,22 @@ class Transformer(nn.Module):
         super().__init__()
         self.config = config
         self.src_embed = Embeddings(config.src_vocab_size, config.d_model)
-        self.tgt_embed = self.src_embed if config.share_embeddings else Embeddings(config.tgt_vocab_size, config.d_model)
+        self.tgt_embed = (
+            self.src_embed
+            if config.share_embeddings
+            else Embeddings(config.tgt_vocab_size, config.d_model)
+        )
         if config.positional == "sinusoidal":
-            self.src_positions = self.tgt_positions = SinusoidalPositionalEncoding(config.d_model, config.max_len)
+            self.src_positions = self.tgt_positions = SinusoidalPositionalEncoding(
+                config.d_model, config.max_len
+            )
         else:
-            self.src_positions = LearnedPositionalEmbedding(config.d_model, config.max_len)
-            self.tgt_positions = LearnedPositionalEmbedding(config.d_model, config.max_len)
+            self.src_positions = LearnedPositionalEmbedding(
+                config.d_model, config.max_len
+            )
+            self.tgt_positions = LearnedPositionalEmbedding(
+                config.d_model, config.max_len
+            )
         self.dropout = nn.Dropout(config.dropout)
         self.encoder = Encoder(config)
         self.decoder = Decoder(config)
@@ -252,15 +327,24 @@ class Transformer(nn.Module):
                 nn.init.xavier_uniform_(module.weight)
                 if module.bias is not None:
                     nn.init.zeros_(module.bias)
-        self.output = OutputProjection(config.d_model, config.tgt_vocab_size, self.tgt_embed if config.tie_output else None)
+        self.output = OutputProjection(
+            config.d_model,
+            config.tgt_vocab_size,
+            self.tgt_embed if config.tie_output else None,
+        )
         if not config.tie_output:
             nn.init.normal_(self.output.linear.weight, std=config.d_model**-0.5)
 
     def _check_ids(self, tokens: Tensor, name: str, vocab_size: int) -> None:
         if tokens.dim() != 2:
-            raise ValueError(f"{name} must be token ids of shape (batch, length); got shape {tuple(tokens.shape)}")
+            raise ValueError(
+                f"{name} must be token ids of shape (batch, length); "
+                f"got shape {tuple(tokens.shape)}"
+            )
         if tokens.size(1) == 0:
-            raise ValueError(f"{name} must hold at least one token; got shape {tuple(tokens.shape)}")
+            raise ValueError(
+                f"{name} must hold at least one token; got shape {tuple(tokens.shape)}"
+            )
         check_token_ids(tokens, vocab_size, name)
 
     def encode(self, src: Tensor) -> Tensor:
@@ -276,29 +360,38 @@ class Transformer(nn.Module):
         memory_mask: Tensor | None = None,
         cache: list[tuple[KeyValueCache, KeyValueCache]] | None = None,
     ) -> Tensor:
-        """Target ids (batch, m) and memory (batch, n, d_model) -> logits (batch, m, tgt_vocab_size).
+        """Target ids (batch, m), memory (batch, n, d_model) -> logits (batch, m, tgt_vocab).
 
         memory_mask is padding_mask(src, pad_id), (batch, 1, 1, n). With a cache from
         new_cache(), tgt holds only the tokens after those already decoded.
         """
         self._check_ids(tgt, "tgt", self.config.tgt_vocab_size)
-        if memory.dim() != 3 or memory.size(0) != tgt.size(0) or memory.size(2) != self.config.d_model:
+        if (
+            memory.dim() != 3
+            or memory.size(0) != tgt.size(0)
+            or memory.size(2) != self.config.d_model
+        ):
             raise ValueError(
-                f"memory must have shape (batch={tgt.size(0)}, n, d_model={self.config.d_model}); got {tuple(memory.shape)}"
+                f"memory must have shape (batch={tgt.size(0)}, n, "
+                f"d_model={self.config.d_model}); got {tuple(memory.shape)}"
             )
         start = 0 if cache is None else len(cache[0][0])
         x = self.dropout(self.tgt_positions(self.tgt_embed(tgt), start=start))
         return self.output(self.decoder(x, memory, memory_mask, cache))
 
     def forward(self, src: Tensor, tgt: Tensor) -> Tensor:
-        """Source ids (batch, n), shifted target ids (batch, m) -> logits (batch, m, tgt_vocab_size)."""
+        """Source ids (batch, n), shifted target ids (batch, m) -> logits (batch, m, tgt_vocab)."""
         if src.dim() == 2 and tgt.dim() == 2 and src.size(0) != tgt.size(0):
-            raise ValueError(f"src and tgt must have the same batch size; got {src.size(0)} and {tgt.size(0)}")
+            raise ValueError(
+                f"src and tgt must have the same batch size; got {src.size(0)} and {tgt.size(0)}"
+            )
         return self.decode(tgt, self.encode(src), padding_mask(src, self.config.pad_id))
 
     def new_cache(self) -> list[tuple[KeyValueCache, KeyValueCache]]:
         """Empty key/value caches for incremental decoding: (self, cross) for each decoder layer."""
-        return [(KeyValueCache(), KeyValueCache(static=True)) for _ in self.decoder.layers]
+        return [
+            (KeyValueCache(), KeyValueCache(static=True)) for _ in self.decoder.layers
+        ]
 
 
 __all__ = ['TransformerConfig', 'SublayerConnection', 'EncoderLayer', 'Encoder', 'DecoderLayer', 'Decoder', 'Transformer']

@@ -10,13 +10,22 @@ from torch import Tensor, nn
 
 
 def sinusoidal_positional_encoding(n_positions: int, d_model: int) -> Tensor:
-    """The (n_positions, d_model) table PE[pos, 2i] = sin(pos / 10000^(2i/d_model)), PE[pos, 2i+1] = cos(...)."""
+    """The (n_positions, d_model) sinusoid table.
+
+    PE[pos, 2i] = sin(pos / 10000^(2i/d_model)), PE[pos, 2i+1] = cos(pos / 10000^(2i/d_model)).
+    """
     if d_model <= 0 or d_model % 2 != 0:
-        raise ValueError(f"d_model must be a positive even number (sin/cos pairs); got {d_model}")
+        raise ValueError(
+            f"d_model must be a positive even number (sin/cos pairs); got {d_model}"
+        )
     if n_positions < 0:
         raise ValueError(f"n_positions must be >= 0; got {n_positions}")
-    position = torch.arange(n_positions, dtype=torch.float64)[:, None]  # (n_positions, 1)
-    frequency = torch.exp(-math.log(10000.0) * torch.arange(0, d_model, 2, dtype=torch.float64) / d_model)
+    position = torch.arange(n_positions, dtype=torch.float64)[
+        :, None
+    ]  # (n_positions, 1)
+    frequency = torch.exp(
+        -math.log(10000.0) * torch.arange(0, d_model, 2, dtype=torch.float64) / d_model
+    )
     angle = position * frequency  # (n_positions, d_model / 2)
     table = torch.empty(n_positions, d_model, dtype=torch.float64)
     table[:, 0::2], table[:, 1::2] = angle.sin(), angle.cos()
@@ -29,11 +38,17 @@ class SinusoidalPositionalEncoding(nn.Module):
     def __init__(self, d_model: int, max_len: int = 1024):
         super().__init__()
         self.d_model = d_model
-        self.register_buffer("table", sinusoidal_positional_encoding(max_len, d_model), persistent=False)
+        self.register_buffer(
+            "table", sinusoidal_positional_encoding(max_len, d_model), persistent=False
+        )
 
     def forward(self, x: Tensor, start: int = 0) -> Tensor:
         end = start + x.size(1)
-        table = self.table if end <= len(self.table) else sinusoidal_positional_encoding(end, self.d_model).to(x.device)
+        table = (
+            self.table
+            if end <= len(self.table)
+            else sinusoidal_positional_encoding(end, self.d_model).to(x.device)
+        )
         return x + table[start:end].to(x.dtype)
 
 
