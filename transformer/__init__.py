@@ -4,9 +4,13 @@ Each module is generated from one chapter of the book (see the first line of eac
 """
 
 from .attention import scaled_dot_product_attention, padding_mask, causal_mask, KeyValueCache, MultiHeadAttention
+from .cli import main
+from .data import ParallelCorpus, number_corpus, read_parallel_files, load_hub_dataset, load_corpus, train_tokenizer, encode_pairs, TokenBatchSampler, Batch, collate, pair_lengths
+from .decoding import greedy_decode, translate
 from .embeddings import check_token_ids, Embeddings, OutputProjection
 from .feed_forward import PositionwiseFeedForward
 from .model import TransformerConfig, SublayerConnection, EncoderLayer, Encoder, DecoderLayer, Decoder, Transformer
 from .positional import sinusoidal_positional_encoding, SinusoidalPositionalEncoding, LearnedPositionalEmbedding
+from .training import learning_rate, make_optimizer, label_smoothed_loss, save_checkpoint, load_checkpoint, load_model, pick_device, cpu_bf16_speedup, autocast_dtype, TrainingConfig, Trainer
 
-__all__ = ['scaled_dot_product_attention', 'padding_mask', 'causal_mask', 'KeyValueCache', 'MultiHeadAttention', 'check_token_ids', 'Embeddings', 'OutputProjection', 'PositionwiseFeedForward', 'TransformerConfig', 'SublayerConnection', 'EncoderLayer', 'Encoder', 'DecoderLayer', 'Decoder', 'Transformer', 'sinusoidal_positional_encoding', 'SinusoidalPositionalEncoding', 'LearnedPositionalEmbedding']
+__all__ = ['scaled_dot_product_attention', 'padding_mask', 'causal_mask', 'KeyValueCache', 'MultiHeadAttention', 'main', 'ParallelCorpus', 'number_corpus', 'read_parallel_files', 'load_hub_dataset', 'load_corpus', 'train_tokenizer', 'encode_pairs', 'TokenBatchSampler', 'Batch', 'collate', 'pair_lengths', 'greedy_decode', 'translate', 'check_token_ids', 'Embeddings', 'OutputProjection', 'PositionwiseFeedForward', 'TransformerConfig', 'SublayerConnection', 'EncoderLayer', 'Encoder', 'DecoderLayer', 'Decoder', 'Transformer', 'sinusoidal_positional_encoding', 'SinusoidalPositionalEncoding', 'LearnedPositionalEmbedding', 'learning_rate', 'make_optimizer', 'label_smoothed_loss', 'save_checkpoint', 'load_checkpoint', 'load_model', 'pick_device', 'cpu_bf16_speedup', 'autocast_dtype', 'TrainingConfig', 'Trainer']

@@ -1,0 +1,27 @@
+"""Shared fixtures; GPU-marked tests are skipped without CUDA."""
+
+import pytest
+import torch
+
+
+def pytest_collection_modifyitems(config, items):
+    if torch.cuda.is_available():
+        return
+    skip = pytest.mark.skip(reason="needs a CUDA device")
+    for item in items:
+        if "gpu" in item.keywords:
+            item.add_marker(skip)
+
+
+@pytest.fixture
+def tiny_corpus(tmp_path):
+    """A folder of 64 English-German number pairs in parallel files."""
+    from num2words import num2words
+
+    folder = tmp_path / "corpus"
+    folder.mkdir()
+    numbers = list(range(1, 65))
+    for split, chosen in {"train": numbers, "val": numbers[:8]}.items():
+        (folder / f"{split}.en").write_text("\n".join(num2words(n) for n in chosen) + "\n")
+        (folder / f"{split}.de").write_text("\n".join(num2words(n, lang="de") for n in chosen) + "\n")
+    return folder

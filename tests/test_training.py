@@ -1,0 +1,185 @@
+"""Tests of transformer/training.py (book/training.md)."""
+
+import math
+import os
+import pathlib
+import socket
+
+import pytest
+import torch
+import torch.multiprocessing as mp
+
+from transformer import (
+    Trainer,
+    TrainingConfig,
+    TransformerConfig,
+    label_smoothed_loss,
+    learning_rate,
+    load_checkpoint,
+    load_model,
+    make_optimizer,
+    save_checkpoint,
+)
+
+TINY = TransformerConfig(d_model=32, n_heads=4, d_ff=64, n_layers=2, dropout=0.1)
+
+
+def _config(corpus, **overrides):
+    settings = dict(data=str(corpus), vocab_size=60, max_tokens=60, max_steps=6, warmup_steps=10, lr_scale=1.0,
+                    precision="fp32", device="cpu", log_every=2, eval_every=3, checkpoint_minutes=1e9)
+    return TrainingConfig(**{**settings, **overrides})
+
+
+def test_schedule_follows_the_formula_through_the_optimizer():
+    for step in (1, 100, 4000, 4001, 50_000):
+        expected = 512**-0.5 * min(step**-0.5, step * 4000**-1.5)
+        assert math.isclose(learning_rate(step, 512), expected)
+    optimizer, schedule = make_optimizer(torch.nn.Linear(2, 2), d_model=64, warmup_steps=5, scale=2.0)
+    assert optimizer.defaults["betas"] == (0.9, 0.98) and optimizer.defaults["eps"] == 1e-9
+    for step in range(1, 12):
+        assert math.isclose(optimizer.param_groups[0]["lr"], learning_rate(step, 64, 5, 2.0))
+        optimizer.step()
+        schedule.step()
+    with pytest.raises(ValueError, match="steps are counted from 1"):
+        learning_rate(0, 512)
+
+
+def test_label_smoothed_loss_equals_the_definition_and_ignores_padding():
+    torch.manual_seed(0)
+    logits, target, epsilon = torch.randn(2, 3, 7), torch.tensor([[4, 2, 0], [1, 6, 5]]), 0.1
+    log_p = logits.log_softmax(-1)
+    expected = 0.0
+    for b in range(2):
+        for t in range(3):
+            if target[b, t] == 0:  # padding
+                continue
+            q = torch.full((7,), epsilon / 7)
+            q[target[b, t]] += 1 - epsilon
+            expected += -(q * log_p[b, t]).sum()
+    assert torch.allclose(label_smoothed_loss(logits, target, epsilon), expected)
+    assert torch.allclose(label_smoothed_loss(logits, target, 0.0), torch.nn.functional.cross_entropy(
+        logits.flatten(0, 1), target.flatten(), ignore_index=0, reduction="sum"))
+
+
+def test_a_tiny_model_overfits_a_handful_of_pairs(tiny_corpus, tmp_path):
+    torch.manual_seed(0)
+    trainer = Trainer(TransformerConfig(d_model=64, n_heads=4, d_ff=128, n_layers=2, dropout=0.0),
+                      _config(tiny_corpus, max_steps=150, warmup_steps=40, lr_scale=0.3, max_tokens=400, eval_every=1000,
+                              label_smoothing=0.0),
+                      tmp_path / "run")
+    trainer.corpus.splits["test"] = trainer.corpus.splits["train"][:16]
+    result = trainer.fit(progress=False)
+    assert result["loss"] < 0.05
+    assert trainer.exact_match("test") == 1.0
+
+
+def test_resume_gives_the_same_parameters_as_an_uninterrupted_run(tiny_corpus, tmp_path):
+    whole = Trainer(TINY, _config(tiny_corpus, max_tokens=200), tmp_path / "whole")
+    whole.fit(progress=False)
+    first = Trainer(TINY, _config(tiny_corpus, max_tokens=200, max_steps=4), tmp_path / "split")
+    first.fit(progress=False)
+    resumed = Trainer.resume(tmp_path / "split", max_steps=6)
+    assert resumed.step == 4 and (resumed.epoch, resumed.batch_index) == (first.epoch, first.batch_index)
+    resumed.fit(progress=False)
+    assert len(whole.sampler) < 6 and whole.epoch == resumed.epoch >= 1, "the run crossed an epoch boundary"
+    for (name, a), b in zip(whole.model.state_dict().items(), resumed.model.state_dict().values()):
+        assert torch.equal(a, b), name
+
+
+def test_checkpoints_are_atomic_kept_and_loadable(tiny_corpus, tmp_path):
+    trainer = Trainer(TINY, _config(tiny_corpus, max_steps=6, checkpoint_every=1, keep_checkpoints=2), tmp_path / "run")
+    trainer.fit(progress=False)
+    names = sorted(p.name for p in (tmp_path / "run").iterdir())
+    assert names == ["checkpoint-00000005.pt", "checkpoint-00000006.pt", "metrics.jsonl"]
+    model, tokenizer = load_model(tmp_path / "run" / "checkpoint-00000006.pt")
+    for a, b in zip(model.state_dict().values(), trainer.model.state_dict().values()):
+        assert torch.equal(a, b)
+    assert tokenizer.to_str() == trainer.tokenizer.to_str()
+    with pytest.raises(Exception):
+        save_checkpoint({"bad": lambda: None}, tmp_path / "x.pt")  # lambdas cannot be pickled
+    assert not list(tmp_path.glob("x.pt*")), "nothing half-written is left"
+
+
+def test_truncated_and_foreign_checkpoints_raise_clear_errors(tmp_path):
+    good = save_checkpoint({"step": 1, "weights": torch.ones(1000)}, tmp_path / "good.pt")
+    assert load_checkpoint(good)["step"] == 1
+    truncated = tmp_path / "truncated.pt"
+    truncated.write_bytes(good.read_bytes()[:2000])
+    with pytest.raises(ValueError, match="not a readable checkpoint"):
+        load_checkpoint(truncated)
+    foreign = tmp_path / "foreign.pt"
+    torch.save({"state_dict": {}}, foreign)
+    with pytest.raises(ValueError, match="not a transformer checkpoint"):
+        load_checkpoint(foreign)
+    pickled = tmp_path / "pickled.pt"
+    torch.save({"format": "transformer-checkpoint-v1", "evil": pathlib.PurePosixPath("/etc")}, pickled)
+    with pytest.raises(ValueError, match="not a readable checkpoint"):
+        load_checkpoint(pickled)  # weights_only refuses arbitrary objects
+    with pytest.raises(FileNotFoundError, match="does not exist"):
+        load_checkpoint(tmp_path / "missing.pt")
+
+
+def test_interrupt_saves_a_checkpoint_that_resumes(tiny_corpus, tmp_path, monkeypatch):
+    trainer = Trainer(TINY, _config(tiny_corpus), tmp_path / "run")
+    original, calls = trainer.train_step, []
+
+    def interrupted():
+        calls.append(1)
+        if len(calls) == 4:
+            raise KeyboardInterrupt
+        return original()
+
+    monkeypatch.setattr(trainer, "train_step", interrupted)
+    with pytest.raises(KeyboardInterrupt):
+        trainer.fit(progress=False)
+    assert (tmp_path / "run" / "checkpoint-00000003.pt").exists()
+    assert Trainer.resume(tmp_path / "run").step == 3
+
+
+def test_bad_training_configs_raise():
+    with pytest.raises(ValueError, match="set max_steps or max_minutes"):
+        TrainingConfig()
+    with pytest.raises(ValueError, match="precision must be"):
+        TrainingConfig(max_steps=1, precision="fp8")
+    with pytest.raises(ValueError, match=r"label_smoothing must be in \[0, 1\)"):
+        TrainingConfig(max_steps=1, label_smoothing=1.0)
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _ddp_worker(rank, world_size, port, corpus, out):
+    os.environ.update(RANK=str(rank), WORLD_SIZE=str(world_size), MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
+    torch.set_num_threads(1)
+    config = TransformerConfig(d_model=32, n_heads=4, d_ff=64, n_layers=2, dropout=0.0)
+    trainer = Trainer(config, _config(corpus, max_steps=3), out)
+    trainer.fit(progress=False)
+    torch.save(trainer.model.state_dict(), f"{out}/rank{rank}.pt")
+    torch.distributed.destroy_process_group()
+
+
+def test_ddp_on_two_cpu_processes_matches_one_process_with_accumulation(tiny_corpus, tmp_path):
+    out = tmp_path / "ddp"
+    mp.spawn(_ddp_worker, args=(2, _free_port(), str(tiny_corpus), str(out)), nprocs=2, join=True)
+    rank0, rank1 = torch.load(out / "rank0.pt"), torch.load(out / "rank1.pt")
+    config = TransformerConfig(d_model=32, n_heads=4, d_ff=64, n_layers=2, dropout=0.0)
+    single = Trainer(config, _config(tiny_corpus, max_steps=3, accumulate=2), tmp_path / "single")
+    single.fit(progress=False)
+    for name, expected in single.model.state_dict().items():
+        assert torch.equal(rank0[name], rank1[name]), f"replicas differ in {name}"
+        if name.endswith("w_k.bias"):
+            # Its exact gradient is zero (softmax ignores a constant added to every score of a
+            # query); Adam divides the rounding noise by its own size and takes full steps on it.
+            continue
+        torch.testing.assert_close(rank0[name], expected, atol=1e-6, rtol=1e-5, msg=name)
+    assert not torch.equal(rank0["encoder.layers.0.feed_forward.w_1.weight"], Trainer(config, _config(tiny_corpus), tmp_path / "fresh").model.state_dict()["encoder.layers.0.feed_forward.w_1.weight"]), "training moved the weights"
+
+
+@pytest.mark.gpu
+def test_bf16_training_on_cuda_reduces_the_loss(tiny_corpus, tmp_path):
+    trainer = Trainer(TINY, _config(tiny_corpus, max_steps=60, precision="bf16", device="cuda", eval_every=20), tmp_path / "gpu")
+    first = trainer.validate()["val_loss"]
+    assert trainer.fit(progress=False)["val_loss"] < first
