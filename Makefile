@@ -7,7 +7,7 @@ BIN := $(VENV)/bin
 NOTEBOOKS := build/notebooks
 CHAPTERS := $(shell grep -l '^kernelspec:' book/*.md)
 
-.PHONY: install export check-export notebooks test test-quick book lab clean
+.PHONY: install export notebooks test test-quick book train lab clean
 
 install: $(VENV)/.installed
 
@@ -38,6 +38,10 @@ test-quick: install
 # The executed HTML book in _build/html, warnings as errors.
 book: install
 	$(BIN)/jupyter-book build . --warningiserror --nitpick --keep-going
+
+# Train the small preset on the embedded number corpus on the CPU (about 10 minutes).
+train: install
+	$(BIN)/python -m transformer train --preset small --max-minutes 8 --out runs/numbers
 
 # The chapters as notebooks in JupyterLab (jupytext opens the .md files directly).
 lab: install

@@ -18,7 +18,7 @@ PRESETS: dict[str, tuple[dict, dict]] = {
             "vocab_size": 200,
             "max_tokens": 2000,
             "warmup_steps": 400,
-            "lr_scale": 1.0,
+            "lr_scale": 0.5,
             "eval_every": 200,
         },
     ),

@@ -1,0 +1,179 @@
+"""Training throughput of this package's Transformer against torch.nn.Transformer, in one run.
+
+Both models get the same size, the same batch of token ids and the same optimizer (Adam); the
+peer is torch.nn.Transformer with the same embeddings, positional encoding and tied output
+projection around it, so the difference is in the encoder and decoder. Reported: target
+tokens per second of full training steps (forward, backward, Adam), the peak memory on a GPU,
+and on a GPU the model FLOPs utilization (FLOPs of a step counted by PyTorch's FlopCounterMode,
+divided by the step time and the GPU's peak).
+
+    python benchmarks/train_throughput.py                       # CPU: fp32 vs fp32, bf16 vs fp32
+    python benchmarks/train_throughput.py --device cuda --preset base --batch 200 --length 125 --compile
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import platform
+import time
+
+import torch
+from torch import nn
+from torch.utils.flop_counter import FlopCounterMode
+
+from transformer import Transformer, TransformerConfig, sinusoidal_positional_encoding
+
+PEAK_TFLOPS = {"H100": 989.0, "H200": 989.0, "A100": 312.0}  # dense bf16 tensor-core peaks
+
+
+class TorchPeer(nn.Module):
+    """torch.nn.Transformer (post-LN, batch-first) with the same embeddings and output as ours."""
+
+    def __init__(self, config: TransformerConfig):
+        super().__init__()
+        self.config = config
+        self.embed = nn.Embedding(config.src_vocab_size, config.d_model)
+        self.register_buffer("pe", sinusoidal_positional_encoding(config.max_len, config.d_model), persistent=False)
+        self.transformer = nn.Transformer(
+            config.d_model, config.n_heads, config.n_layers, config.n_layers, config.d_ff, config.dropout,
+            batch_first=True, layer_norm_eps=config.layer_norm_eps,
+        )
+        self.output = nn.Linear(config.d_model, config.tgt_vocab_size, bias=False)
+        self.output.weight = self.embed.weight
+        self.dropout = nn.Dropout(config.dropout)
+
+    def _embed(self, tokens):
+        return self.dropout(self.embed(tokens) * math.sqrt(self.config.d_model) + self.pe[: tokens.size(1)])
+
+    def forward(self, src, tgt):
+        causal = nn.Transformer.generate_square_subsequent_mask(tgt.size(1), device=tgt.device)
+        src_pad = src == self.config.pad_id
+        out = self.transformer(
+            self._embed(src), self._embed(tgt), tgt_mask=causal, src_key_padding_mask=src_pad,
+            memory_key_padding_mask=src_pad, tgt_is_causal=True,
+        )
+        return self.output(out)
+
+
+def make_batch(config, batch, length, device, seed=0):
+    g = torch.Generator().manual_seed(seed)
+    src = torch.randint(4, config.src_vocab_size, (batch, length), generator=g)
+    tgt = torch.randint(4, config.tgt_vocab_size, (batch, length + 1), generator=g)
+    lengths = torch.randint(length // 2, length + 1, (batch,), generator=g)  # realistic padding
+    src[torch.arange(length)[None, :] >= lengths[:, None]] = config.pad_id
+    tgt[torch.arange(length + 1)[None, :] > lengths[:, None] + 1] = config.pad_id
+    return src.to(device), tgt.to(device)
+
+
+def step_fn(model, optimizer, src, tgt, dtype, pad_id):
+    def step():
+        with torch.autocast(src.device.type, dtype=dtype, enabled=dtype is not None):
+            logits = model(src, tgt[:, :-1])
+        loss = nn.functional.cross_entropy(logits.flatten(0, 1).float(), tgt[:, 1:].flatten(), ignore_index=pad_id, label_smoothing=0.1)
+        loss.backward()
+        optimizer.step()
+        optimizer.zero_grad(set_to_none=True)
+    return step
+
+
+def sync(device):
+    if device.type == "cuda":
+        torch.cuda.synchronize()
+
+
+def measure(name, model, config, src, tgt, dtype, compile_model, warmup, steps, peak_tflops):
+    device = src.device
+    model = model.to(device).train()
+    optimizer = torch.optim.Adam(model.parameters(), lr=1e-4, betas=(0.9, 0.98), eps=1e-9)
+    run = torch.compile(model) if compile_model else model
+    step = step_fn(run, optimizer, src, tgt, dtype, config.pad_id)
+    for _ in range(warmup):
+        step()
+    with FlopCounterMode(display=False) as counter:
+        step()
+    flops = counter.get_total_flops()
+    if device.type == "cuda":
+        torch.cuda.reset_peak_memory_stats()
+    sync(device)
+    start = time.perf_counter()
+    for _ in range(steps):
+        step()
+    sync(device)
+    seconds = (time.perf_counter() - start) / steps
+    tokens = int((tgt[:, 1:] != config.pad_id).sum())
+    result = {
+        "model": name, "precision": str(dtype or "fp32").removeprefix("torch."), "compile": compile_model,
+        "tokens_per_step": tokens, "step_ms": seconds * 1e3, "tokens_per_s": tokens / seconds,
+        "tflops_per_s": flops / seconds / 1e12,
+    }
+    if device.type == "cuda":
+        result["peak_memory_gib"] = torch.cuda.max_memory_allocated() / 2**30
+        if peak_tflops:
+            result["mfu"] = flops / seconds / 1e12 / peak_tflops
+    return result
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--device", default="cpu")
+    parser.add_argument("--preset", choices=["base", "big", "cpu"], default="cpu",
+                        help="cpu: d_model=512, h=8, d_ff=2048, N=3, vocabulary 8000 (default); base/big: the paper's")
+    parser.add_argument("--batch", type=int, default=32, help="sentences per batch")
+    parser.add_argument("--length", type=int, default=32, help="source length (target: +1)")
+    parser.add_argument("--warmup", type=int, default=3)
+    parser.add_argument("--steps", type=int, default=10)
+    parser.add_argument("--repeats", type=int, default=2, help="alternate the models this many times; the best is kept")
+    parser.add_argument("--compile", action="store_true", help="also measure with torch.compile")
+    parser.add_argument("--threads", type=int, help="torch.set_num_threads on a CPU")
+    parser.add_argument("--json", help="write the results to this file")
+    args = parser.parse_args()
+
+    device = torch.device(args.device)
+    if args.threads:
+        torch.set_num_threads(args.threads)
+    if args.preset == "cpu":
+        config = TransformerConfig(src_vocab_size=8000, tgt_vocab_size=8000, n_layers=3)
+    else:
+        config = getattr(TransformerConfig, args.preset)()
+    config = TransformerConfig(**{**config.to_dict(), "dropout": 0.1})
+    src, tgt = make_batch(config, args.batch, args.length, device)
+    low = torch.bfloat16
+    peak = next((v for k, v in PEAK_TFLOPS.items() if device.type == "cuda" and k in torch.cuda.get_device_name(device)), None)
+    cases = [("ours", None, False), ("torch.nn.Transformer", None, False), ("ours", low, False), ("torch.nn.Transformer", low, False)]
+    if args.compile:
+        cases += [("ours", low, True), ("torch.nn.Transformer", low, True)]
+    best: dict[tuple, dict] = {}
+    for _ in range(args.repeats):
+        for name, dtype, compile_model in cases:
+            torch.manual_seed(0)
+            model = Transformer(config) if name == "ours" else TorchPeer(config)
+            result = measure(name, model, config, src, tgt, dtype, compile_model, args.warmup, args.steps, peak)
+            key = (name, dtype, compile_model)
+            if key not in best or result["tokens_per_s"] > best[key]["tokens_per_s"]:
+                best[key] = result
+            del model
+    results = list(best.values())
+    device_name = torch.cuda.get_device_name(device) if device.type == "cuda" else f"{platform.processor() or platform.machine()} CPU, {torch.get_num_threads()} threads"
+    print(f"device: {device_name}; torch {torch.__version__}; d_model={config.d_model}, N={config.n_layers}, "
+          f"vocab={config.src_vocab_size}; batch {args.batch} x {args.length} tokens")
+    header = f"{'model':<22} {'precision':<9} {'compile':<7} {'tokens/s':>10} {'step ms':>8} {'TFLOP/s':>8}"
+    print(header + ("  peak GiB   MFU" if device.type == "cuda" else ""))
+    for r in results:
+        line = f"{r['model']:<22} {r['precision']:<9} {str(r['compile']):<7} {r['tokens_per_s']:>10,.0f} {r['step_ms']:>8.1f} {r['tflops_per_s']:>8.2f}"
+        if device.type == "cuda":
+            line += f"  {r['peak_memory_gib']:>8.2f} {r.get('mfu', float('nan')):>5.1%}"
+        print(line)
+    by_key = {(r["model"], r["precision"], r["compile"]): r["tokens_per_s"] for r in results}
+    peer_fp32 = by_key[("torch.nn.Transformer", "fp32", False)]
+    print(f"ours fp32 / peer fp32: {by_key[('ours', 'fp32', False)] / peer_fp32:.2f}x")
+    print(f"ours bf16 / peer fp32: {by_key[('ours', 'bfloat16', False)] / peer_fp32:.2f}x")
+    print(f"ours bf16 / peer bf16: {by_key[('ours', 'bfloat16', False)] / by_key[('torch.nn.Transformer', 'bfloat16', False)]:.2f}x")
+    if args.json:
+        with open(args.json, "w") as file:
+            json.dump({"device": device_name, "torch": torch.__version__, "args": vars(args), "results": results}, file, indent=2)
+
+
+if __name__ == "__main__":
+    main()
