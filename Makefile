@@ -33,7 +33,7 @@ test: notebooks
 
 # The package tests only (a couple of minutes).
 test-quick: install
-	$(BIN)/python -m pytest tests -q
+	$(BIN)/python -m pytest tests -q -m "not slow"
 
 # The executed HTML book in _build/html, warnings as errors.
 book: install

@@ -183,3 +183,12 @@ def test_bf16_training_on_cuda_reduces_the_loss(tiny_corpus, tmp_path):
     trainer = Trainer(TINY, _config(tiny_corpus, max_steps=60, precision="bf16", device="cuda", eval_every=20), tmp_path / "gpu")
     first = trainer.validate()["val_loss"]
     assert trainer.fit(progress=False)["val_loss"] < first
+
+
+@pytest.mark.slow
+def test_compiled_training_runs_and_checkpoints_the_plain_model(tiny_corpus, tmp_path):
+    trainer = Trainer(TINY, _config(tiny_corpus, max_steps=2, max_tokens=200, compile=True), tmp_path / "compiled")
+    result = trainer.fit(progress=False)
+    assert result["step"] == 2 and math.isfinite(result["val_loss"])
+    names = load_checkpoint(tmp_path / "compiled" / "checkpoint-00000002.pt")["model"].keys()
+    assert not any(name.startswith("_orig_mod") for name in names), "the checkpoint holds the uncompiled names"
