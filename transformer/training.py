@@ -140,12 +140,17 @@ def cpu_bf16_speedup(size: int = 1024, repeats: int = 5) -> float:
     return seconds[torch.float32] / seconds[torch.bfloat16]
 
 
-def autocast_dtype(precision: str, device: torch.device) -> torch.dtype | None:
-    """The autocast dtype for "auto", "fp32", "bf16" or "fp16" on `device` (None = fp32)."""
+def check_precision(precision: str) -> None:
+    """Raise unless `precision` is "auto", "fp32", "bf16" or "fp16"."""
     if precision not in ("auto", "fp32", "bf16", "fp16"):
         raise ValueError(
             f"precision must be 'auto', 'fp32', 'bf16' or 'fp16'; got {precision!r}"
         )
+
+
+def autocast_dtype(precision: str, device: torch.device) -> torch.dtype | None:
+    """The autocast dtype for "auto", "fp32", "bf16" or "fp16" on `device` (None = fp32)."""
+    check_precision(precision)
     if precision == "auto":
         if device.type == "cuda":
             return torch.bfloat16 if torch.cuda.is_bf16_supported() else torch.float16
@@ -200,10 +205,7 @@ class TrainingConfig:
             raise ValueError(
                 f"label_smoothing must be in [0, 1); got {self.label_smoothing}"
             )
-        if self.precision not in ("auto", "fp32", "bf16", "fp16"):
-            raise ValueError(
-                f"precision must be 'auto', 'fp32', 'bf16' or 'fp16'; got {self.precision!r}"
-            )
+        check_precision(self.precision)
 
 
 class Trainer:
@@ -534,4 +536,4 @@ class Trainer:
         return {**metrics, **final}
 
 
-__all__ = ['learning_rate', 'make_optimizer', 'label_smoothed_loss', 'save_checkpoint', 'load_checkpoint', 'load_model', 'pick_device', 'cpu_bf16_speedup', 'autocast_dtype', 'TrainingConfig', 'Trainer']
+__all__ = ['learning_rate', 'make_optimizer', 'label_smoothed_loss', 'save_checkpoint', 'load_checkpoint', 'load_model', 'pick_device', 'cpu_bf16_speedup', 'check_precision', 'autocast_dtype', 'TrainingConfig', 'Trainer']
