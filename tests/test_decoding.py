@@ -1,9 +1,20 @@
 """Tests of transformer/decoding.py (book/decoding.md)."""
 
+import itertools
+
+import pytest
 import torch
 
-from transformer import Transformer, TransformerConfig, greedy_decode, train_tokenizer, translate
-from transformer.data import EOS, PAD
+from transformer import (
+    Transformer,
+    TransformerConfig,
+    beam_search,
+    greedy_decode,
+    length_penalty,
+    train_tokenizer,
+    translate,
+)
+from transformer.data import BOS, EOS, PAD
 
 SMALL = dict(src_vocab_size=40, tgt_vocab_size=40, d_model=32, n_heads=4, d_ff=64, n_layers=2, dropout=0.0)
 
@@ -26,6 +37,7 @@ def test_greedy_takes_the_argmax_of_the_full_decoder_at_every_step():
     prefix = torch.full((2, 1), 2)
     for step in range(out.size(1)):
         logits = model(src, prefix)[:, -1]
+        logits[:, [PAD, BOS]] = float("-inf")  # never generated
         expected = logits.argmax(-1)
         finished = (out[:, :step] == EOS).any(1)
         assert torch.equal(out[:, step][~finished], expected[~finished])
@@ -43,3 +55,119 @@ def test_translate_keeps_order_and_handles_empty_lines():
     assert len(outputs) == 4 and all(isinstance(o, str) for o in outputs)
     assert outputs == [translate(model, tokenizer, [s])[0] for s in sentences], "batching and sorting change nothing"
     assert model.training, "translate restores the training mode"
+
+
+def _model(seed=0, **overrides):
+    torch.manual_seed(seed)
+    return Transformer(TransformerConfig(**{**SMALL, **overrides})).eval()
+
+
+def test_length_penalty_follows_the_gnmt_formula():
+    for length in (1, 2, 7, 30):
+        for alpha in (0.0, 0.6, 1.0):
+            assert length_penalty(length, alpha) == pytest.approx(((5 + length) ** alpha) / (6**alpha))
+    lengths = torch.arange(1, 10)
+    torch.testing.assert_close(length_penalty(lengths, 0.6), ((5 + lengths) / 6) ** 0.6)
+
+
+def test_beam_of_one_is_greedy():
+    model = _model(2)
+    src = torch.randint(4, 40, (6, 8))
+    src[1, 5:] = PAD
+    torch.testing.assert_close(beam_search(model, src, beam_size=1).tokens[:, 0], greedy_decode(model, src))
+
+
+def test_cached_and_uncached_beam_search_agree():
+    model = _model(3)
+    src = torch.randint(4, 40, (4, 7))
+    src[0, 4:] = PAD
+    cached = beam_search(model, src, beam_size=4, max_len=12)
+    uncached = beam_search(model, src, beam_size=4, max_len=12, use_cache=False)
+    assert torch.equal(cached.tokens, uncached.tokens)
+    torch.testing.assert_close(cached.scores, uncached.scores)
+    torch.testing.assert_close(cached.log_probs, uncached.log_probs)
+
+
+def test_beam_results_do_not_depend_on_the_batch():
+    model = _model(4)
+    src = torch.randint(4, 40, (5, 9))
+    src[2, 3:] = PAD
+    together = beam_search(model, src, beam_size=3)
+    for i in range(5):
+        alone = beam_search(model, src[i : i + 1, : int((src[i] != PAD).sum())], beam_size=3)
+        width = alone.tokens.size(-1)
+        assert torch.equal(together.tokens[i, :, :width], alone.tokens[0])
+        assert torch.all(together.tokens[i, :, width:] == PAD)
+        torch.testing.assert_close(together.scores[i], alone.scores[0])
+
+
+def test_scores_are_log_probabilities_over_the_length_penalty_and_sorted():
+    model = _model(5)
+    src = torch.randint(4, 40, (3, 6))
+    result = beam_search(model, src, beam_size=4, alpha=0.6, max_len=10)
+    assert torch.all(result.scores[:, :-1] >= result.scores[:, 1:])
+    for b, j in itertools.product(range(3), range(4)):
+        seq = [t for t in result.tokens[b, j].tolist() if t != PAD]
+        logits = model(src[b : b + 1], torch.tensor([[BOS, *seq[:-1]]]))[0]
+        logits[:, [PAD, BOS]] = float("-inf")
+        logp = logits.log_softmax(-1).gather(1, torch.tensor([seq]).T).sum()
+        assert result.log_probs[b, j].item() == pytest.approx(logp.item(), abs=1e-4)
+        assert result.scores[b, j].item() == pytest.approx(logp.item() / length_penalty(len(seq), 0.6), abs=1e-4)
+        assert EOS in seq or len(seq) == 10
+
+
+@pytest.mark.parametrize("alpha", [0.0, 0.6, 1.5])
+def test_a_beam_wide_enough_finds_the_exhaustive_best(alpha):
+    model = _model(14, src_vocab_size=7, tgt_vocab_size=7, d_model=16, n_heads=2, d_ff=32, n_layers=1)
+    x, max_len, outputs = torch.tensor([[4, 5, 6]]), 3, [1, 3, 4, 5, 6]
+    best = (float("-inf"), None)
+    with torch.no_grad():
+        for length in range(1, max_len + 1):
+            for seq in itertools.product(outputs, repeat=length):
+                if EOS in seq[:-1] or (length < max_len and seq[-1] != EOS):
+                    continue
+                logits = model(x, torch.tensor([[BOS, *seq[:-1]]]))[0]
+                logits[:, [PAD, BOS]] = float("-inf")
+                logp = logits.log_softmax(-1).gather(1, torch.tensor([seq]).T).sum()
+                best = max(best, (logp.item() / length_penalty(length, alpha), seq))
+    found = beam_search(model, x, beam_size=len(outputs) ** max_len, alpha=alpha, max_len=max_len)
+    assert tuple(t for t in found.tokens[0, 0].tolist() if t != PAD) == best[1]
+    assert found.scores[0, 0].item() == pytest.approx(best[0], abs=1e-5)
+
+
+def test_beam_search_rejects_a_bad_beam_size_and_max_len():
+    model = _model()
+    with pytest.raises(ValueError, match="beam_size"):
+        beam_search(model, torch.tensor([[5, 6]]), beam_size=0)
+    with pytest.raises(ValueError, match="max_len"):
+        greedy_decode(model, torch.tensor([[5, 6]]), max_len=0)
+
+
+def _tokenizer_and_model(**overrides):
+    tokenizer = train_tokenizer(iter(["one two three", "eins zwei drei"] * 5), vocab_size=40)
+    vocab = tokenizer.get_vocab_size()
+    return tokenizer, _model(0, src_vocab_size=vocab, tgt_vocab_size=vocab, **overrides)
+
+
+def test_translate_with_beam_search_handles_unknown_characters_and_batches():
+    tokenizer, model = _tokenizer_and_model()
+    sentences = ["one two three", "", "三 € ☃ one", "three two"]
+    outputs = translate(model, tokenizer, sentences, beam_size=3, batch_size=3)
+    assert outputs == [translate(model, tokenizer, [s], beam_size=3)[0] for s in sentences]
+    assert len(translate(model, tokenizer, sentences, beam_size=1)) == 4
+    assert all(isinstance(o, str) for o in outputs)
+
+
+def test_translate_cuts_a_line_longer_than_max_len_and_says_so():
+    tokenizer, model = _tokenizer_and_model(positional="learned", max_len=12)
+    long_line = " ".join(["one two three"] * 10)
+    with pytest.warns(UserWarning, match=r"sentence 2 has \d+ tokens .* at most 12"):
+        outputs = translate(model, tokenizer, ["one", long_line], beam_size=2)
+    assert len(outputs) == 2
+
+
+def test_translate_reports_progress():
+    tokenizer, model = _tokenizer_and_model()
+    seen = []
+    translate(model, tokenizer, ["one"] * 5, beam_size=2, batch_size=2, progress=seen.append)
+    assert seen == [2, 2, 1]

@@ -1,17 +1,38 @@
 # Generated from book/decoding.md by tools/export.py: edit the chapter, not this file.
-"""Greedy decoding with a key/value cache, and translation of sentences (§6 of the paper)."""
+"""Greedy decoding and beam search with a key/value cache, and translation of sentences (§6)."""
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import warnings
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 
 import torch
+import torch.nn.functional as F
 from tokenizers import Tokenizer
 from torch import Tensor
 
 from transformer.attention import padding_mask
 from transformer.data import BOS, EOS, PAD
 from transformer.model import Transformer
+
+
+def _output_limits(model: Transformer, src: Tensor, max_len: int | None) -> Tensor:
+    """Maximum output length of each sentence: max_len, or its input length + 50 (§6.1)
+    but no more than the model's max_len positions."""
+    if max_len is not None:
+        if max_len < 1:
+            raise ValueError(f"max_len must be at least 1; got {max_len}")
+        return torch.full((src.size(0),), max_len, device=src.device)
+    lengths = (src != model.config.pad_id).sum(1)
+    return (lengths + 50).clamp(max=model.config.max_len)
+
+
+def _never_generated(logits: Tensor) -> Tensor:
+    """Log-probabilities with <pad> and <bos> excluded (they are inputs, never outputs)."""
+    logits = logits.float()
+    logits[:, [PAD, BOS]] = float("-inf")
+    return logits.log_softmax(-1)
 
 
 @torch.no_grad()
@@ -21,23 +42,128 @@ def greedy_decode(
     """The most probable token at each step: src (batch, n) -> ids (batch, <= max_len).
 
     The output excludes <bos>; after a sentence's <eos> it holds <pad>. max_len defaults
-    to n + 50. use_cache=False recomputes the whole prefix every step (for comparison).
+    to each sentence's length + 50. use_cache=False recomputes the whole prefix every step.
     """
-    max_len = src.size(1) + 50 if max_len is None else max_len
+    limits = _output_limits(model, src, max_len)
     memory, memory_mask = model.encode(src), padding_mask(src, model.config.pad_id)
     cache = model.new_cache() if use_cache else None
     prefix = torch.full((src.size(0), 1), BOS, dtype=torch.long, device=src.device)
     finished = torch.zeros(src.size(0), dtype=torch.bool, device=src.device)
-    for _ in range(max_len):
+    for t in range(1, int(limits.max()) + 1):
         logits = model.decode(
             prefix[:, -1:] if use_cache else prefix, memory, memory_mask, cache
         )[:, -1]
-        token = logits.argmax(-1).masked_fill(finished, PAD)
+        token = _never_generated(logits).argmax(-1).masked_fill(finished, PAD)
         prefix = torch.cat([prefix, token[:, None]], dim=1)
-        finished |= token == EOS
+        finished |= (token == EOS) | (t >= limits)
         if finished.all():
             break
     return prefix[:, 1:]
+
+
+def length_penalty(length: int | Tensor, alpha: float = 0.6) -> float | Tensor:
+    """GNMT's lp(Y) = ((5 + |Y|) / 6)^alpha; scores are log P(Y|X) / lp(Y)."""
+    return ((5 + length) / 6) ** alpha
+
+
+@dataclass
+class Hypotheses:
+    """Beam search results, best first: tokens (batch, k, length) without <bos>, ended by
+    <eos> then <pad> (or cut at the maximum length); scores log P / lp and log_probs (batch, k).
+    """
+
+    tokens: Tensor
+    scores: Tensor
+    log_probs: Tensor
+
+
+@torch.no_grad()
+def beam_search(
+    model: Transformer,
+    src: Tensor,
+    beam_size: int = 4,
+    alpha: float = 0.6,
+    max_len: int | None = None,
+    use_cache: bool = True,
+    on_step: Callable[[int, Tensor, Tensor], None] | None = None,
+) -> Hypotheses:
+    """Beam search with GNMT's length penalty over src (batch, n), all sentences at once.
+
+    max_len defaults to each sentence's length + 50. on_step(t, prefixes (batch, k, t),
+    log-probabilities (batch, k)) sees the beam after every step.
+    """
+    if beam_size < 1:
+        raise ValueError(f"beam_size must be at least 1; got {beam_size}")
+    batch, k, device = src.size(0), beam_size, src.device
+    limits = _output_limits(model, src, max_len)
+    longest = int(limits.max())
+    memory_mask = padding_mask(src, model.config.pad_id).repeat_interleave(k, 0)
+    memory = model.encode(src).repeat_interleave(k, 0)  # (batch * k, n, d_model)
+    cache = model.new_cache() if use_cache else None
+    alive = torch.full((batch * k, 1), BOS, dtype=torch.long, device=device)
+    alive_logp = torch.zeros(batch, k, device=device)
+    alive_logp[:, 1:] = float("-inf")  # one empty hypothesis, not k copies
+    done = Hypotheses(
+        torch.full((batch, k, longest), PAD, dtype=torch.long, device=device),
+        torch.full((batch, k), float("-inf"), device=device),
+        torch.full((batch, k), float("-inf"), device=device),
+    )
+    complete = torch.zeros(batch, dtype=torch.bool, device=device)
+    first_row = torch.arange(batch, device=device)[:, None] * k
+    for t in range(1, longest + 1):
+        logits = model.decode(
+            alive[:, -1:] if use_cache else alive, memory, memory_mask, cache
+        )[:, -1]
+        logp = _never_generated(logits)  # (batch * k, vocab)
+        vocab = logp.size(-1)
+        candidates = (alive_logp.view(-1, 1) + logp).view(batch, k * vocab)
+        top_logp, top = candidates.topk(min(2 * k, k * vocab), dim=1)  # (batch, 2k)
+        rows, token = top // vocab + first_row, top % vocab
+        sequences = torch.cat([alive[rows.flatten(), 1:], token.view(-1, 1)], 1)
+        sequences = F.pad(sequences.view(batch, -1, t), (0, longest - t), value=PAD)
+        ended = (token == EOS) | (t >= limits)[:, None]
+        ended_scores = (top_logp / length_penalty(t, alpha)).masked_fill(
+            ~ended | complete[:, None], float("-inf")
+        )
+        done.scores, best = torch.cat([done.scores, ended_scores], 1).topk(k, dim=1)
+        done.log_probs = torch.cat([done.log_probs, top_logp], 1).gather(1, best)
+        done.tokens = torch.cat([done.tokens, sequences], 1).gather(
+            1, best[..., None].expand(-1, -1, longest)
+        )
+        complete |= (done.scores > float("-inf")).all(1) | (t >= limits)
+        if complete.all():
+            break
+        alive_logp, keep = top_logp.masked_fill(ended, float("-inf")).topk(k, dim=1)
+        survivors = rows.gather(1, keep).flatten()  # the row each new prefix extends
+        alive = torch.cat([alive[survivors], token.gather(1, keep).view(-1, 1)], 1)
+        if cache is not None:
+            for self_cache, _ in cache:
+                self_cache.reorder(survivors)
+        if on_step is not None:
+            on_step(t, alive[:, 1:].view(batch, k, t), alive_logp)
+    used = int((done.tokens != PAD).any(1).any(0).nonzero().max()) + 1
+    done.tokens = done.tokens[..., :used]
+    return done
+
+
+def _encode_sources(
+    tokenizer: Tokenizer, sentences: Sequence[str], max_len: int
+) -> list[list[int]]:
+    """Token ids + <eos> of each sentence, cut to max_len tokens (with a warning)."""
+    encoded = []
+    for line, e in enumerate(
+        tokenizer.encode_batch(list(sentences), add_special_tokens=False), start=1
+    ):
+        ids = e.ids + [EOS]
+        if len(ids) > max_len:
+            warnings.warn(
+                f"sentence {line} has {len(ids)} tokens (with <eos>) but the model takes at "
+                f"most {max_len} (max_len); translating its first {max_len} tokens only",
+                stacklevel=3,
+            )
+            ids = ids[:max_len]
+        encoded.append(ids)
+    return encoded
 
 
 @torch.no_grad()
@@ -45,16 +171,19 @@ def translate(
     model: Transformer,
     tokenizer: Tokenizer,
     sentences: Sequence[str],
+    beam_size: int = 4,
+    alpha: float = 0.6,
     batch_size: int = 64,
+    progress: Callable[[int], object] | None = None,
 ) -> list[str]:
-    """Greedy translations of `sentences`, in their order."""
+    """Translations of `sentences`, in their order; beam_size=1 decodes greedily.
+
+    progress(n) is called after each batch with the number of sentences it translated.
+    """
     was_training = model.training
     model.eval()
     device = next(model.parameters()).device
-    encoded = [
-        e.ids + [EOS]
-        for e in tokenizer.encode_batch(list(sentences), add_special_tokens=False)
-    ]
+    encoded = _encode_sources(tokenizer, sentences, model.config.max_len)
     order = sorted(range(len(encoded)), key=lambda i: len(encoded[i]))
     outputs: list[str] = [""] * len(encoded)
     for start in range(0, len(order), batch_size):
@@ -64,10 +193,17 @@ def translate(
         )
         for row, i in enumerate(chunk):
             src[row, : len(encoded[i])] = torch.tensor(encoded[i])
-        for i, ids in zip(chunk, greedy_decode(model, src.to(device)).tolist()):
+        src = src.to(device)
+        if beam_size == 1:
+            best = greedy_decode(model, src)
+        else:
+            best = beam_search(model, src, beam_size, alpha).tokens[:, 0]
+        for i, ids in zip(chunk, best.tolist()):
             outputs[i] = tokenizer.decode(ids[: ids.index(EOS)] if EOS in ids else ids)
+        if progress is not None:
+            progress(len(chunk))
     model.train(was_training)
     return outputs
 
 
-__all__ = ['greedy_decode', 'translate']
+__all__ = ['greedy_decode', 'length_penalty', 'Hypotheses', 'beam_search', 'translate']
