@@ -71,6 +71,7 @@ def test_a_tiny_model_overfits_a_handful_of_pairs(tiny_corpus, tmp_path):
     result = trainer.fit(progress=False)
     assert result["loss"] < 0.05
     assert trainer.exact_match("test") == 1.0
+    assert trainer.exact_match("test", beam_size=4) == 1.0, "beam search keeps what greedy finds on a sure model"
 
 
 def test_resume_gives_the_same_parameters_as_an_uninterrupted_run(tiny_corpus, tmp_path):

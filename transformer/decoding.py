@@ -70,6 +70,7 @@ def length_penalty(length: int | Tensor, alpha: float = 0.6) -> float | Tensor:
 class Hypotheses:
     """Beam search results, best first: tokens (batch, k, length) without <bos>, ended by
     <eos> then <pad> (or cut at the maximum length); scores log P / lp and log_probs (batch, k).
+    A sentence with fewer than k finished hypotheses has <pad> rows scored -inf.
     """
 
     tokens: Tensor
@@ -121,7 +122,8 @@ def beam_search(
         rows, token = top // vocab + first_row, top % vocab
         sequences = torch.cat([alive[rows.flatten(), 1:], token.view(-1, 1)], 1)
         sequences = F.pad(sequences.view(batch, -1, t), (0, longest - t), value=PAD)
-        ended = (token == EOS) | (t >= limits)[:, None]
+        at_limit = (t >= limits)[:, None]
+        ended = (token == EOS) | at_limit
         ended_scores = (top_logp / length_penalty(t, alpha)).masked_fill(
             ~ended | complete[:, None], float("-inf")
         )
@@ -130,10 +132,14 @@ def beam_search(
         done.tokens = torch.cat([done.tokens, sequences], 1).gather(
             1, best[..., None].expand(-1, -1, longest)
         )
-        complete |= (done.scores > float("-inf")).all(1) | (t >= limits)
+        empty = done.scores == float("-inf")  # fewer than k finished so far
+        done.tokens.masked_fill_(empty[..., None], PAD)
+        done.log_probs.masked_fill_(empty, float("-inf"))
+        alive_logp, keep = top_logp.masked_fill(ended, float("-inf")).topk(k, dim=1)
+        best_possible = alive_logp[:, 0] / length_penalty(limits, alpha)
+        complete |= (done.scores[:, 0] >= best_possible) | (t >= limits)
         if complete.all():
             break
-        alive_logp, keep = top_logp.masked_fill(ended, float("-inf")).topk(k, dim=1)
         survivors = rows.gather(1, keep).flatten()  # the row each new prefix extends
         alive = torch.cat([alive[survivors], token.gather(1, keep).view(-1, 1)], 1)
         if cache is not None:

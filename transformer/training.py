@@ -440,10 +440,13 @@ class Trainer:
         loss = loss_sum / n_tokens
         return {"val_loss": loss, "val_ppl": math.exp(min(loss, 50.0))}
 
-    def exact_match(self, split: str = "test", limit: int | None = None) -> float:
-        """Fraction of a split's sentences whose greedy translation equals the reference."""
+    def exact_match(
+        self, split: str = "test", limit: int | None = None, beam_size: int = 1
+    ) -> float:
+        """Fraction of a split's sentences translated exactly as the reference (greedy by default)."""
         pairs = self.corpus.splits[split][:limit]
-        hypotheses = translate(self.model, self.tokenizer, [src for src, _ in pairs])
+        sources = [src for src, _ in pairs]
+        hypotheses = translate(self.model, self.tokenizer, sources, beam_size=beam_size)
         return sum(h == ref for h, (_, ref) in zip(hypotheses, pairs)) / len(pairs)
 
     def _log(self, record: dict) -> None:
