@@ -1,17 +1,26 @@
 """Tests of transformer/cli.py (book/cli.md) and `python -m transformer`."""
 
+import json
 import subprocess
 import sys
 
 import pytest
+import torch
 
 from transformer.cli import main
 
 
-@pytest.mark.parametrize("args", [["--help"], ["train", "--help"]])
+@pytest.mark.parametrize("args", [["--help"], ["train", "--help"], ["translate", "--help"], ["evaluate", "--help"],
+                                  ["average", "--help"]])
 def test_every_command_has_help(args):
     result = subprocess.run([sys.executable, "-m", "transformer", *args], capture_output=True, text=True)
     assert result.returncode == 0 and "usage: python -m transformer" in result.stdout
+
+
+def test_version(capsys):
+    with pytest.raises(SystemExit):
+        main(["--version"])
+    assert capsys.readouterr().out.startswith("transformer 0.")
 
 
 def test_train_runs_and_summarizes(tiny_corpus, tmp_path, capsys):
@@ -29,3 +38,66 @@ def test_train_runs_and_summarizes(tiny_corpus, tmp_path, capsys):
 def test_train_needs_a_stopping_rule(tmp_path):
     with pytest.raises(SystemExit, match="--max-steps N and/or --max-minutes M"):
         main(["train", "--out", str(tmp_path)])
+
+
+@pytest.fixture
+def run_folder(tiny_corpus, tmp_path):
+    out = tmp_path / "run"
+    assert main(["train", "--data", str(tiny_corpus), "--max-steps", "3", "--max-tokens", "200", "--vocab-size", "60",
+                 "--precision", "fp32", "--out", str(out)]) == 0
+    return out
+
+
+def test_translate_reads_stdin_and_writes_stdout(run_folder):
+    result = subprocess.run([sys.executable, "-m", "transformer", "translate", "--checkpoint", str(run_folder),
+                             "--beam", "2"], input="one\n\ntwenty-one ☃\n", capture_output=True, text=True)
+    assert result.returncode == 0, result.stderr
+    assert len(result.stdout.splitlines()) == 3, "one line out per line in, the empty one included"
+
+
+def test_translate_files_with_a_progress_bar(run_folder, tmp_path, capsys):
+    source = tmp_path / "in.en"
+    source.write_text("one\ntwo\nthree\n")
+    target = tmp_path / "out.de"
+    assert main(["translate", "--checkpoint", str(run_folder), "--input", str(source), "--output", str(target),
+                 "--beam", "1", "--batch-size", "2"]) == 0
+    assert len(target.read_text().splitlines()) == 3
+    assert "3/3" in capsys.readouterr().err
+    assert not list(tmp_path.glob("*.tmp"))
+
+
+def test_translate_errors_say_what_is_wrong(tmp_path):
+    with pytest.raises(SystemExit, match="does not exist"):
+        main(["translate", "--checkpoint", str(tmp_path / "missing.pt")])
+    with pytest.raises(SystemExit, match="holds 0"):
+        main(["translate", "--checkpoint", str(tmp_path)])
+
+
+def test_evaluate_prints_bleu_with_its_signature_and_appends_json(run_folder, tiny_corpus, tmp_path, capsys):
+    results = tmp_path / "scores.jsonl"
+    for beam in ("1", "2"):
+        assert main(["evaluate", "--checkpoint", str(run_folder), "--data", str(tiny_corpus), "--split", "val",
+                     "--beam", beam, "--json", str(results), "--output", str(tmp_path / "hyp.de")]) == 0
+    printed = capsys.readouterr().out
+    assert "greedy: BLEU" in printed and "beam 2: BLEU" in printed and "tok:13a" in printed
+    records = [json.loads(line) for line in results.read_text().splitlines()]
+    assert [r["beam"] for r in records] == [1, 2] and all(r["sentences"] == 8 for r in records)
+    assert len((tmp_path / "hyp.de").read_text().splitlines()) == 8
+    with pytest.raises(SystemExit, match="no split 'dev'"):
+        main(["evaluate", "--checkpoint", str(run_folder), "--data", str(tiny_corpus), "--split", "dev"])
+
+
+def test_average_a_folder_or_files(run_folder, tmp_path, capsys):
+    assert main(["train", "--resume", str(run_folder), "--max-steps", "5", "--checkpoint-every", "1",
+                 "--out", str(run_folder)]) == 0
+    files = sorted(run_folder.glob("checkpoint-*.pt"))
+    assert main(["average", str(run_folder), "--last", "1", "--out", str(tmp_path / "a.pt")]) == 0
+    assert main(["average", *map(str, files), "--out", str(tmp_path / "b.pt")]) == 0
+    assert f"averaged {len(files)} checkpoints" in capsys.readouterr().out
+    a, b = torch.load(tmp_path / "a.pt", weights_only=True), torch.load(tmp_path / "b.pt", weights_only=True)
+    assert len(files) == 3 and a["averaged_from"] == [str(files[-1])] and len(b["averaged_from"]) == 3
+    with pytest.raises(SystemExit, match="--last goes with one training folder"):
+        main(["average", *map(str, files), "--last", "2", "--out", str(tmp_path / "c.pt")])
+    with pytest.raises(SystemExit, match="asked for the last 9"):
+        main(["average", str(run_folder), "--last", "9", "--out", str(tmp_path / "c.pt")])
+    assert not (tmp_path / "c.pt").exists()

@@ -4,11 +4,30 @@
 from __future__ import annotations
 
 import argparse
+import json
+import os
 import sys
-from dataclasses import fields
+from dataclasses import asdict, fields
+from importlib.metadata import PackageNotFoundError, version
+from pathlib import Path
 
+from tqdm import tqdm
+
+from transformer.data import load_corpus
+from transformer.decoding import translate
+from transformer.evaluation import (
+    average_checkpoints,
+    evaluate,
+    last_checkpoints,
+)
 from transformer.model import TransformerConfig
-from transformer.training import Trainer, TrainingConfig
+from transformer.training import (
+    Trainer,
+    TrainingConfig,
+    load_model,
+    pick_device,
+    save_checkpoint,
+)
 
 
 PRESETS: dict[str, tuple[dict, dict]] = {
@@ -30,12 +49,7 @@ PRESETS: dict[str, tuple[dict, dict]] = {
 }
 
 
-def _parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
-        prog="python -m transformer",
-        description="Train and use the Transformer of 'Attention Is All You Need'.",
-    )
-    commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+def _add_train(commands: argparse._SubParsersAction) -> None:
     train = commands.add_parser(
         "train",
         help="train a model",
@@ -62,18 +76,7 @@ def _parser() -> argparse.ArgumentParser:
         help="continue from a checkpoint, or the newest one in a folder",
     )
     data = train.add_argument_group("data")
-    data.add_argument(
-        "--data",
-        help="'numbers' (the embedded corpus, default), a folder of parallel files, or hub:NAME[:CONFIG]",
-    )
-    data.add_argument(
-        "--src",
-        dest="src_lang",
-        help="source language suffix of the files (default: en)",
-    )
-    data.add_argument(
-        "--tgt", dest="tgt_lang", help="target language suffix (default: de)"
-    )
+    _add_data_options(data)
     data.add_argument(
         "--vocab-size", type=int, help="size of the shared BPE vocabulary"
     )
@@ -114,9 +117,26 @@ def _parser() -> argparse.ArgumentParser:
         help="write a checkpoint every N minutes (paper: 10)",
     )
     run.add_argument(
+        "--checkpoint-every", type=int, help="also write a checkpoint every N steps"
+    )
+    run.add_argument(
         "--keep-checkpoints", type=int, help="keep the newest N checkpoints"
     )
-    return parser
+
+
+def _add_data_options(group: argparse._ArgumentGroup) -> None:
+    group.add_argument(
+        "--data",
+        help="'numbers' (the embedded corpus, default), a folder of parallel files, or hub:NAME[:CONFIG]",
+    )
+    group.add_argument(
+        "--src",
+        dest="src_lang",
+        help="source language suffix of the files (default: en)",
+    )
+    group.add_argument(
+        "--tgt", dest="tgt_lang", help="target language suffix (default: de)"
+    )
 
 
 def _train(args: argparse.Namespace) -> int:
@@ -159,12 +179,168 @@ def _train(args: argparse.Namespace) -> int:
     return 0
 
 
+def _add_decoding_options(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--checkpoint",
+        required=True,
+        help="a checkpoint file, or a training folder (its newest checkpoint)",
+    )
+    parser.add_argument(
+        "--beam", type=int, default=4, help="beam size; 1 decodes greedily (default: 4)"
+    )
+    parser.add_argument(
+        "--alpha", type=float, default=0.6, help="length penalty (default: 0.6)"
+    )
+    parser.add_argument(
+        "--batch-size", type=int, default=64, help="sentences per batch (default: 64)"
+    )
+    parser.add_argument("--device", default="auto", help="auto (default), cpu, cuda, mps")
+
+
+def _add_use(commands: argparse._SubParsersAction) -> None:
+    translate = commands.add_parser(
+        "translate",
+        help="translate text with a checkpoint",
+        description="Translate sentences, one a line. Examples:\n"
+        "  echo 'two hundred and one' | python -m transformer translate --checkpoint runs/numbers\n"
+        "  python -m transformer translate --checkpoint C.pt --input test.en --output test.hyp.de",
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    _add_decoding_options(translate)
+    translate.add_argument("--input", help="file to translate (default: standard input)")
+    translate.add_argument("--output", help="file to write (default: standard output)")
+    evaluate = commands.add_parser(
+        "evaluate",
+        help="score a checkpoint on a test set (BLEU, exact match)",
+        description="Translate a split of a corpus and score it with sacreBLEU. Example:\n"
+        "  python -m transformer evaluate --checkpoint runs/multi30k --data ../shared/data/multi30k",
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    _add_decoding_options(evaluate)
+    _add_data_options(evaluate)
+    evaluate.add_argument(
+        "--split", default="test", help="test (default), val or train"
+    )
+    evaluate.add_argument(
+        "--limit", type=int, help="score only the first N sentences of the split"
+    )
+    evaluate.add_argument("--output", help="also write the translations to this file")
+    evaluate.add_argument("--json", help="append the scores to this JSON-lines file")
+    average = commands.add_parser(
+        "average",
+        help="average the weights of checkpoints of one run",
+        description="Average checkpoints (the paper: the last 5 for base, 20 for big). Examples:\n"
+        "  python -m transformer average runs/base/checkpoint-*.pt --out runs/base/average.pt\n"
+        "  python -m transformer average runs/base --last 5 --out runs/base/average.pt",
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    average.add_argument(
+        "checkpoints", nargs="+", help="checkpoint files, or one training folder"
+    )
+    average.add_argument(
+        "--last", type=int, help="with a folder: average its newest N checkpoints"
+    )
+    average.add_argument("--out", required=True, help="file to write the average to")
+
+
+def _checkpoint(path: str) -> Path:
+    return (
+        last_checkpoints(path, 1)[0] if Path(path).is_dir() else Path(path)
+    )
+
+
+def _write_atomically(path: str, lines: list[str]) -> None:
+    temporary = Path(path + ".tmp")
+    try:
+        temporary.write_text("".join(line + "\n" for line in lines), encoding="utf-8")
+        os.replace(temporary, path)
+    finally:
+        temporary.unlink(missing_ok=True)
+
+
+def _translate(args: argparse.Namespace) -> int:
+    model, tokenizer = load_model(_checkpoint(args.checkpoint), pick_device(args.device))
+    if args.input:
+        with open(args.input, encoding="utf-8") as file:
+            sentences = file.read().splitlines()
+    else:
+        sentences = sys.stdin.read().splitlines()
+    with tqdm(total=len(sentences), unit="sentence", disable=not args.input) as bar:
+        outputs = translate(
+            model, tokenizer, sentences, args.beam, args.alpha, args.batch_size, bar.update
+        )
+    if args.output:
+        _write_atomically(args.output, outputs)
+    else:
+        sys.stdout.writelines(line + "\n" for line in outputs)
+    return 0
+
+
+def _evaluate(args: argparse.Namespace) -> int:
+    path = _checkpoint(args.checkpoint)
+    model, tokenizer = load_model(path, pick_device(args.device))
+    corpus = load_corpus(args.data or "numbers", args.src_lang or "en", args.tgt_lang or "de")
+    if args.split not in corpus.splits:
+        raise SystemExit(
+            f"error: the corpus has no split {args.split!r}; it has {sorted(corpus.splits)}"
+        )
+    pairs = corpus.splits[args.split][: args.limit]
+    with tqdm(total=len(pairs), unit="sentence") as bar:
+        scores, hypotheses = evaluate(
+            model, tokenizer, pairs, args.beam, args.alpha, args.batch_size, bar.update
+        )
+    if args.output:
+        _write_atomically(args.output, hypotheses)
+    if args.json:
+        record = {"checkpoint": str(path), "data": args.data or "numbers", "split": args.split,
+                  "beam": args.beam, "alpha": args.alpha, **asdict(scores)}
+        with open(args.json, "a", encoding="utf-8") as file:
+            file.write(json.dumps(record) + "\n")
+    print(f"{path}, {args.split}, {'greedy' if args.beam == 1 else f'beam {args.beam}'}: {scores}")
+    return 0
+
+
+def _average(args: argparse.Namespace) -> int:
+    if len(args.checkpoints) == 1 and Path(args.checkpoints[0]).is_dir():
+        paths = last_checkpoints(args.checkpoints[0], args.last or 5)
+    elif args.last is not None:
+        raise SystemExit("error: --last goes with one training folder, not with files")
+    else:
+        paths = [Path(p) for p in args.checkpoints]
+    save_checkpoint(average_checkpoints(paths), args.out)
+    print(f"averaged {len(paths)} checkpoints ({paths[0].name} .. {paths[-1].name}) into {args.out}")
+    return 0
+
+
+def _version() -> str:
+    try:
+        return version("transformer")
+    except PackageNotFoundError:  # run from a source tree that was not installed
+        return "unknown (not installed)"
+
+
+def _parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="python -m transformer",
+        description="Train and use the Transformer of 'Attention Is All You Need'.",
+    )
+    parser.add_argument(
+        "--version", action="version", version=f"transformer {_version()}"
+    )
+    commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+    _add_train(commands)
+    _add_use(commands)
+    return parser
+
+
 def main(argv: list[str] | None = None) -> int:
     """Entry point of `python -m transformer`."""
     args = _parser().parse_args(argv)
-    if args.command == "train":
-        return _train(args)
-    raise AssertionError(f"unhandled command {args.command}")
+    run = {"train": _train, "translate": _translate, "evaluate": _evaluate, "average": _average}
+    try:
+        return run[args.command](args)
+    except (FileNotFoundError, ValueError) as error:
+        raise SystemExit(f"error: {error}") from error
 
 
 __all__ = ['main']

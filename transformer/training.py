@@ -291,6 +291,11 @@ class Trainer:
                 raise FileNotFoundError(f"no checkpoint-*.pt in {path}")
             path = found[-1]
         state = load_checkpoint(path)
+        if "optimizer" not in state:
+            raise ValueError(
+                f"{path} holds model weights only (an average of checkpoints?); it can "
+                "translate and be evaluated, but a run resumes from a checkpoint of training"
+            )
         config = replace(TrainingConfig(**state["training_config"]), **overrides)
         return cls(
             TransformerConfig(**state["model_config"]),

@@ -1,0 +1,98 @@
+"""Tests of transformer/evaluation.py (book/results.md)."""
+
+import pytest
+import sacrebleu
+import torch
+
+from transformer import (
+    Trainer,
+    TrainingConfig,
+    TransformerConfig,
+    average_checkpoints,
+    corpus_bleu,
+    evaluate,
+    exact_match,
+    last_checkpoints,
+    load_model,
+    save_checkpoint,
+)
+
+TINY = TransformerConfig(d_model=32, n_heads=4, d_ff=64, n_layers=1, dropout=0.0)
+
+
+def _run(corpus, out, steps=4, **overrides):
+    settings = dict(data=str(corpus), vocab_size=60, max_tokens=200, max_steps=steps, warmup_steps=10,
+                    precision="fp32", device="cpu", eval_every=1000, checkpoint_every=1,
+                    checkpoint_minutes=1e9, keep_checkpoints=10)
+    config = TrainingConfig(**{**settings, **overrides})
+    trainer = Trainer(TINY, config, out)
+    trainer.fit(progress=False)
+    return trainer
+
+
+def test_bleu_matches_sacrebleu_on_the_same_strings():
+    hypotheses = ["the cat sat on the mat", "a dog barks .", "Zwei Männer stehen am Herd", ""]
+    references = ["the cat sat on a mat", "the dog barks loudly .", "Zwei Männer stehen an einem Herd", "nothing"]
+    score, signature = corpus_bleu(hypotheses, references)
+    assert score == sacrebleu.corpus_bleu(hypotheses, [references]).score
+    assert 0 < score < 100
+    assert signature.startswith("nrefs:1|case:mixed|eff:no|tok:13a|smooth:exp|version:")
+    assert corpus_bleu(references, references)[0] == pytest.approx(100.0)
+
+
+def test_bleu_and_exact_match_reject_unpaired_lists():
+    with pytest.raises(ValueError, match="one reference per hypothesis"):
+        corpus_bleu(["a"], ["a", "b"])
+    with pytest.raises(ValueError, match="one reference per hypothesis"):
+        exact_match([], [])
+    assert exact_match(["a", "b", "c"], ["a", "x", "c"]) == pytest.approx(2 / 3)
+
+
+def test_averaging_equal_checkpoints_returns_the_same_weights(tiny_corpus, tmp_path):
+    trainer = _run(tiny_corpus, tmp_path / "run", steps=1)
+    path = last_checkpoints(tmp_path / "run", 1)[0]
+    averaged = average_checkpoints([path, path, path])
+    for name, weight in trainer.model.state_dict().items():
+        assert torch.equal(averaged["model"][name], weight), name
+
+
+def test_averaging_is_the_mean_and_loads_as_a_model(tiny_corpus, tmp_path):
+    _run(tiny_corpus, tmp_path / "run", steps=4)
+    paths = last_checkpoints(tmp_path / "run", 3)
+    assert [p.name for p in paths] == ["checkpoint-00000002.pt", "checkpoint-00000003.pt", "checkpoint-00000004.pt"]
+    weights = [torch.load(p, weights_only=True)["model"] for p in paths]
+    averaged = average_checkpoints(paths)
+    for name in weights[0]:
+        torch.testing.assert_close(averaged["model"][name], sum(w[name] for w in weights) / 3)
+    assert not torch.equal(averaged["model"]["encoder.layers.0.feed_forward.w_1.weight"],
+                           weights[-1]["encoder.layers.0.feed_forward.w_1.weight"])
+    save_checkpoint(averaged, tmp_path / "average.pt")
+    model, _ = load_model(tmp_path / "average.pt")
+    for name, weight in model.state_dict().items():
+        assert torch.equal(weight, averaged["model"][name]), name
+    with pytest.raises(ValueError, match="weights only"):
+        Trainer.resume(tmp_path / "average.pt")
+
+
+def test_averaging_refuses_checkpoints_of_different_runs(tiny_corpus, tmp_path):
+    _run(tiny_corpus, tmp_path / "a", steps=1)
+    _run(tiny_corpus, tmp_path / "b", steps=1, vocab_size=50)
+    with pytest.raises(ValueError, match="only checkpoints of one training run"):
+        average_checkpoints([last_checkpoints(tmp_path / "a", 1)[0], last_checkpoints(tmp_path / "b", 1)[0]])
+    with pytest.raises(ValueError, match="asked for the last 5 checkpoints"):
+        last_checkpoints(tmp_path / "a", 5)
+    with pytest.raises(ValueError, match="at least one"):
+        average_checkpoints([])
+
+
+def test_evaluate_scores_the_translations_it_returns(tiny_corpus, tmp_path):
+    trainer = _run(tiny_corpus, tmp_path / "run", steps=2)
+    pairs = trainer.corpus.splits["val"]
+    scores, hypotheses = evaluate(trainer.model, trainer.tokenizer, pairs, beam_size=2)
+    references = [r for _, r in pairs]
+    assert len(hypotheses) == scores.sentences == len(pairs)
+    assert scores.bleu == corpus_bleu(hypotheses, references)[0]
+    assert scores.exact_match == exact_match(hypotheses, references)
+    assert "BLEU" in str(scores) and scores.signature in str(scores)
+    with pytest.raises(ValueError, match="at least one"):
+        evaluate(trainer.model, trainer.tokenizer, [])

@@ -1,0 +1,125 @@
+# Generated from book/results.md by tools/export.py: edit the chapter, not this file.
+"""BLEU with sacreBLEU, exact match, checkpoint averaging and evaluation of a model (§6)."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+from sacrebleu.metrics import BLEU
+from tokenizers import Tokenizer
+
+from transformer.decoding import translate
+from transformer.model import Transformer
+from transformer.training import load_checkpoint
+
+
+def corpus_bleu(hypotheses: Sequence[str], references: Sequence[str]) -> tuple[float, str]:
+    """Corpus BLEU (0-100) of detokenized hypotheses against one reference each, and the
+    sacreBLEU signature of the settings (13a tokenization, case-sensitive)."""
+    if len(hypotheses) != len(references):
+        raise ValueError(
+            f"one reference per hypothesis expected; got {len(hypotheses)} hypotheses "
+            f"and {len(references)} references"
+        )
+    metric = BLEU()
+    score = metric.corpus_score(list(hypotheses), [list(references)])
+    return score.score, str(metric.get_signature())
+
+
+def exact_match(hypotheses: Sequence[str], references: Sequence[str]) -> float:
+    """Fraction of hypotheses identical to their reference."""
+    if len(hypotheses) != len(references) or not references:
+        raise ValueError(
+            f"one reference per hypothesis expected, at least one; got {len(hypotheses)} "
+            f"hypotheses and {len(references)} references"
+        )
+    return sum(h == r for h, r in zip(hypotheses, references)) / len(references)
+
+
+def last_checkpoints(folder: str | Path, n: int) -> list[Path]:
+    """The newest n checkpoint-STEP.pt files of a training run's folder, oldest first."""
+    found = sorted(Path(folder).glob("checkpoint-*.pt"))
+    if n < 1 or len(found) < n:
+        raise ValueError(
+            f"asked for the last {n} checkpoints of {folder}; it holds {len(found)}"
+        )
+    return found[-n:]
+
+
+def average_checkpoints(paths: Sequence[str | Path]) -> dict:
+    """The element-wise mean of the model weights of checkpoints of one run (§6.1)."""
+    if not paths:
+        raise ValueError("average_checkpoints needs at least one checkpoint")
+    first = load_checkpoint(paths[0])
+    total = {name: w.double() for name, w in first["model"].items()}
+    for path in paths[1:]:
+        state = load_checkpoint(path)
+        if (state["model_config"], state["tokenizer"]) != (
+            first["model_config"],
+            first["tokenizer"],
+        ):
+            raise ValueError(
+                f"{path} has another model configuration or tokenizer than {paths[0]}: "
+                "only checkpoints of one training run can be averaged"
+            )
+        for name, w in state["model"].items():
+            total[name] += w.double()
+    return {
+        "model_config": first["model_config"],
+        "tokenizer": first["tokenizer"],
+        "model": {
+            name: (w / len(paths)).to(first["model"][name].dtype)
+            for name, w in total.items()
+        },
+        "step": state["step"] if len(paths) > 1 else first["step"],
+        "averaged_from": [str(p) for p in paths],
+    }
+
+
+@dataclass
+class Scores:
+    """BLEU (with its sacreBLEU signature) and exact match of one decoding of a test set."""
+
+    bleu: float
+    signature: str
+    exact_match: float
+    sentences: int
+    seconds: float
+
+    def __str__(self) -> str:
+        return (
+            f"BLEU {self.bleu:.2f}, exact match {self.exact_match:.1%} on {self.sentences} "
+            f"sentences, decoded in {self.seconds:.1f} s ({self.signature})"
+        )
+
+
+def evaluate(
+    model: Transformer,
+    tokenizer: Tokenizer,
+    pairs: Sequence[tuple[str, str]],
+    beam_size: int = 4,
+    alpha: float = 0.6,
+    batch_size: int = 64,
+    progress: Callable[[int], object] | None = None,
+) -> tuple[Scores, list[str]]:
+    """Translate the sources of (source, reference) pairs and score the translations."""
+    if not pairs:
+        raise ValueError("evaluate needs at least one (source, reference) pair")
+    started = time.perf_counter()
+    hypotheses = translate(
+        model, tokenizer, [s for s, _ in pairs], beam_size, alpha, batch_size, progress
+    )
+    seconds = time.perf_counter() - started
+    references = [r for _, r in pairs]
+    bleu, signature = corpus_bleu(hypotheses, references)
+    scores = Scores(
+        bleu, signature, exact_match(hypotheses, references), len(pairs), seconds
+    )
+    return scores, hypotheses
+
+
+__all__ = ['corpus_bleu', 'exact_match', 'last_checkpoints', 'average_checkpoints', 'Scores', 'evaluate']
