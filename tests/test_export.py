@@ -1,5 +1,6 @@
 """The committed package is exactly what the chapters export (tools/export.py)."""
 
+import re
 import shutil
 import subprocess
 import sys
@@ -19,12 +20,14 @@ def test_committed_package_matches_the_chapters():
     assert result.returncode == 0, result.stderr
 
 
-def test_every_generated_file_names_its_chapter():
+def test_every_generated_file_names_its_chapter_and_the_chapter_names_it():
     for module in (ROOT / "transformer").glob("*.py"):
         if not module.name.startswith("__"):
-            chapter = module.stem + ".md"
-            assert module.read_text().startswith(f"# Generated from book/{chapter}"), module
-            assert (ROOT / "book" / chapter).exists()
+            first_line = module.read_text().splitlines()[0]
+            match = re.fullmatch(r"# Generated from book/(\w+\.md) by tools/export.py: .*", first_line)
+            assert match, (module, first_line)
+            chapter = ROOT / "book" / match[1]
+            assert f"\nmodule: {module.stem}\n" in chapter.read_text(), (module, chapter)
 
 
 @pytest.fixture
