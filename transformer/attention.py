@@ -61,6 +61,14 @@ def causal_mask(
     )
 
 
+def local_mask(n: int, r: int, device: torch.device | None = None) -> Tensor:
+    """True where |i - j| <= r: restricted self-attention over a neighbourhood of size r (§4)."""
+    if r < 0:
+        raise ValueError(f"the neighbourhood r must be >= 0; got {r}")
+    position = torch.arange(n, device=device)
+    return (position[:, None] - position[None, :]).abs() <= r
+
+
 @dataclass
 class KeyValueCache:
     """Projected keys and values of one attention layer, kept between decoding steps.
@@ -211,4 +219,4 @@ class MultiHeadAttention(nn.Module):
         return self.w_o(out), weights
 
 
-__all__ = ['scaled_dot_product_attention', 'padding_mask', 'causal_mask', 'KeyValueCache', 'MultiHeadAttention']
+__all__ = ['scaled_dot_product_attention', 'padding_mask', 'causal_mask', 'local_mask', 'KeyValueCache', 'MultiHeadAttention']
