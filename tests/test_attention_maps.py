@@ -1,0 +1,64 @@
+"""Tests of transformer/attention_maps.py (book/attention_maps.md)."""
+
+import matplotlib
+
+matplotlib.use("Agg")
+
+import matplotlib.pyplot as plt  # noqa: E402
+import pytest  # noqa: E402
+import torch  # noqa: E402
+
+from transformer import Transformer, TransformerConfig, attention_weights, plot_attention  # noqa: E402
+from transformer.attention import padding_mask, scaled_dot_product_attention  # noqa: E402
+from transformer.data import PAD  # noqa: E402
+
+
+def _model():
+    torch.manual_seed(0)
+    return Transformer(TransformerConfig(src_vocab_size=30, tgt_vocab_size=30, d_model=32, n_heads=4, d_ff=64,
+                                         n_layers=2, dropout=0.1))
+
+
+def test_weights_of_every_layer_with_their_shapes_and_the_model_unchanged():
+    model = _model().train()
+    src, tgt = torch.randint(4, 30, (2, 7)), torch.randint(4, 30, (2, 5))
+    src[1, 5:] = PAD
+    weights = attention_weights(model, src, tgt)
+    assert sorted(weights) == sorted([f"encoder.{i}.self" for i in range(2)] + [f"decoder.{i}.self" for i in range(2)]
+                                     + [f"decoder.{i}.cross" for i in range(2)])
+    assert weights["encoder.0.self"].shape == (2, 4, 7, 7)
+    assert weights["decoder.1.self"].shape == (2, 4, 5, 5)
+    assert weights["decoder.1.cross"].shape == (2, 4, 5, 7)
+    for w in weights.values():
+        torch.testing.assert_close(w.sum(-1), torch.ones(w.shape[:-1]))
+    assert torch.all(weights["decoder.0.cross"][1, :, :, 5:] == 0), "padding gets no weight"
+    assert torch.all(weights["decoder.0.self"][..., torch.ones(5, 5, dtype=torch.bool).triu(1)] == 0), "causal"
+    assert model.training, "the training mode is restored"
+    for module in model.modules():
+        assert not module._forward_hooks and not module._forward_pre_hooks, "the hooks are removed"
+    model.eval()
+    torch.testing.assert_close(model(src, tgt), model(src, tgt))
+
+
+def test_the_first_encoder_layer_weights_are_the_explicit_formula():
+    model = _model().eval()
+    src = torch.randint(4, 30, (1, 6))
+    weights = attention_weights(model, src, torch.randint(4, 30, (1, 3)))
+    attention = model.encoder.layers[0].self_attn
+    x = model.src_positions(model.src_embed(src))
+    if model.config.norm_first:
+        x = model.encoder.layers[0].sublayers[0].norm(x)
+    split = lambda t: t.view(1, 6, 4, 8).transpose(1, 2)  # noqa: E731
+    _, expected = scaled_dot_product_attention(split(attention.w_q(x)), split(attention.w_k(x)),
+                                               split(attention.w_v(x)), padding_mask(src, PAD))
+    torch.testing.assert_close(weights["encoder.0.self"], expected)
+
+
+def test_plot_attention_labels_queries_and_keys_and_checks_the_shape():
+    fig, ax = plt.subplots()
+    plot_attention(torch.full((2, 3), 1 / 3), ["a", "b"], ["x", "y", "z"], ax, "head 1")
+    assert [t.get_text() for t in ax.get_xticklabels()] == ["a", "b"]
+    assert [t.get_text() for t in ax.get_yticklabels()] == ["x", "y", "z"]
+    with pytest.raises(ValueError, match=r"\(queries, keys\) = \(2, 3\)"):
+        plot_attention(torch.zeros(3, 2), ["a", "b"], ["x", "y", "z"], ax)
+    plt.close(fig)
