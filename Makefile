@@ -5,9 +5,8 @@ PYTHON ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
 NOTEBOOKS := build/notebooks
-CHAPTERS := $(shell grep -l '^kernelspec:' book/*.md)
 
-.PHONY: install export notebooks test test-quick book train lab clean
+.PHONY: install export notebooks test test-quick test-browser book train lab clean
 
 install: $(VENV)/.installed
 
@@ -22,10 +21,10 @@ $(VENV)/.installed: requirements.txt pyproject.toml
 export: install
 	$(BIN)/python tools/export.py
 
-# The chapters as .ipynb notebooks, for nbval.
+# The chapters as .ipynb notebooks, for nbval (the same files the launch buttons open).
 notebooks: install
-	rm -rf $(NOTEBOOKS) && mkdir -p $(NOTEBOOKS)
-	for f in $(CHAPTERS); do $(BIN)/jupytext --quiet --to ipynb -o $(NOTEBOOKS)/$$(basename $${f%.md}).ipynb $$f; done
+	rm -rf $(NOTEBOOKS)
+	$(BIN)/python tools/notebooks.py $(NOTEBOOKS)
 
 # Everything: the package tests, the export check, and every chapter run by nbval.
 test: notebooks
@@ -34,6 +33,14 @@ test: notebooks
 # The package tests only (a couple of minutes).
 test-quick: install
 	$(BIN)/python -m pytest tests -q -m "not slow"
+
+# Every page of the built book in headless Chromium (Playwright is in requirements.txt; the
+# browser is Debian's chromium, installed here when missing and apt-get can run).
+test-browser: book
+	@command -v chromium >/dev/null || command -v chromium-browser >/dev/null || command -v google-chrome >/dev/null \
+	  || { [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null && apt-get update -qq && apt-get install -y -qq chromium; } \
+	  || { echo "make test-browser needs Chromium: apt-get install chromium (or your system's package)"; exit 1; }
+	$(BIN)/python -m pytest tests/test_browser.py -v
 
 # The executed HTML book in _build/html, warnings as errors.
 book: install

@@ -52,3 +52,17 @@ def test_check_fails_on_any_difference_and_export_repairs_it(package_copy, tampe
     assert result.returncode == 1 and expected in result.stderr
     assert export("--package", str(package_copy)).returncode == 0
     assert export("--check", "--package", str(package_copy)).returncode == 0
+
+
+def test_the_paper_index_names_only_what_the_package_has():
+    import transformer
+
+    rows = [line for line in (ROOT / "book" / "paper_index.md").read_text().splitlines() if line.startswith("| §")
+            or line.startswith("| Figures")]
+    names = {name for row in rows for name in re.findall(r"`([A-Za-z_][\w.]*)`", row.split("|")[4])}
+    assert len(rows) >= 15 and len(names) >= 30
+    for name in sorted(names):
+        obj = transformer
+        for part in name.split("."):
+            assert hasattr(obj, part), f"book/paper_index.md names {name}, which the package does not have"
+            obj = getattr(obj, part)

@@ -26,6 +26,13 @@ PACKAGE_DOC = '''"""The Transformer of "Attention Is All You Need" (Vaswani et a
 
 Each module is generated from one chapter of the book (see the first line of each file).
 """
+
+from importlib.metadata import PackageNotFoundError, version
+
+try:
+    __version__ = version("transformer")
+except PackageNotFoundError:  # imported from a source tree that was never pip-installed
+    __version__ = "unknown"
 '''
 
 
@@ -87,7 +94,7 @@ def package_files(book: Path) -> dict[str, str]:
         names = public_names(files[module])
         lines.append(f"from .{module[:-3]} import " + ", ".join(names))
     every = [n for module in sorted(files) for n in public_names(files[module])]
-    lines.append("\n__all__ = [" + ", ".join(repr(n) for n in every) + "]")
+    lines.append("\n__all__ = ['__version__', " + ", ".join(repr(n) for n in every) + "]")
     files["__init__.py"] = "\n".join(lines) + "\n"
     if "cli.py" in files:
         files["__main__.py"] = (

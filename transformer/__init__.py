@@ -3,6 +3,13 @@
 Each module is generated from one chapter of the book (see the first line of each file).
 """
 
+from importlib.metadata import PackageNotFoundError, version
+
+try:
+    __version__ = version("transformer")
+except PackageNotFoundError:  # imported from a source tree that was never pip-installed
+    __version__ = "unknown"
+
 from .attention import scaled_dot_product_attention, padding_mask, causal_mask, local_mask, KeyValueCache, MultiHeadAttention
 from .attention_maps import attention_weights, plot_attention
 from .cli import main
@@ -15,4 +22,4 @@ from .model import TransformerConfig, SublayerConnection, EncoderLayer, Encoder,
 from .positional import sinusoidal_positional_encoding, SinusoidalPositionalEncoding, LearnedPositionalEmbedding
 from .training import learning_rate, make_optimizer, label_smoothed_loss, save_checkpoint, load_checkpoint, load_model, pick_device, cpu_bf16_speedup, check_precision, autocast_dtype, TrainingConfig, Trainer
 
-__all__ = ['scaled_dot_product_attention', 'padding_mask', 'causal_mask', 'local_mask', 'KeyValueCache', 'MultiHeadAttention', 'attention_weights', 'plot_attention', 'main', 'ParallelCorpus', 'number_corpus', 'read_parallel_files', 'load_hub_dataset', 'load_corpus', 'train_tokenizer', 'encode_pairs', 'TokenBatchSampler', 'Batch', 'collate', 'pair_lengths', 'greedy_decode', 'length_penalty', 'Hypotheses', 'beam_search', 'translate', 'check_token_ids', 'Embeddings', 'OutputProjection', 'corpus_bleu', 'exact_match', 'last_checkpoints', 'average_checkpoints', 'Scores', 'evaluate', 'PositionwiseFeedForward', 'TransformerConfig', 'SublayerConnection', 'EncoderLayer', 'Encoder', 'DecoderLayer', 'Decoder', 'Transformer', 'sinusoidal_positional_encoding', 'SinusoidalPositionalEncoding', 'LearnedPositionalEmbedding', 'learning_rate', 'make_optimizer', 'label_smoothed_loss', 'save_checkpoint', 'load_checkpoint', 'load_model', 'pick_device', 'cpu_bf16_speedup', 'check_precision', 'autocast_dtype', 'TrainingConfig', 'Trainer']
+__all__ = ['__version__', 'scaled_dot_product_attention', 'padding_mask', 'causal_mask', 'local_mask', 'KeyValueCache', 'MultiHeadAttention', 'attention_weights', 'plot_attention', 'main', 'ParallelCorpus', 'number_corpus', 'read_parallel_files', 'load_hub_dataset', 'load_corpus', 'train_tokenizer', 'encode_pairs', 'TokenBatchSampler', 'Batch', 'collate', 'pair_lengths', 'greedy_decode', 'length_penalty', 'Hypotheses', 'beam_search', 'translate', 'check_token_ids', 'Embeddings', 'OutputProjection', 'corpus_bleu', 'exact_match', 'last_checkpoints', 'average_checkpoints', 'Scores', 'evaluate', 'PositionwiseFeedForward', 'TransformerConfig', 'SublayerConnection', 'EncoderLayer', 'Encoder', 'DecoderLayer', 'Decoder', 'Transformer', 'sinusoidal_positional_encoding', 'SinusoidalPositionalEncoding', 'LearnedPositionalEmbedding', 'learning_rate', 'make_optimizer', 'label_smoothed_loss', 'save_checkpoint', 'load_checkpoint', 'load_model', 'pick_device', 'cpu_bf16_speedup', 'check_precision', 'autocast_dtype', 'TrainingConfig', 'Trainer']

@@ -8,11 +8,11 @@ import json
 import os
 import sys
 from dataclasses import asdict, fields
-from importlib.metadata import PackageNotFoundError, version
 from pathlib import Path
 
 from tqdm import tqdm
 
+import transformer
 from transformer.data import load_corpus
 from transformer.decoding import translate
 from transformer.evaluation import (
@@ -312,20 +312,13 @@ def _average(args: argparse.Namespace) -> int:
     return 0
 
 
-def _version() -> str:
-    try:
-        return version("transformer")
-    except PackageNotFoundError:  # run from a source tree that was not installed
-        return "unknown (not installed)"
-
-
 def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="python -m transformer",
         description="Train and use the Transformer of 'Attention Is All You Need'.",
     )
     parser.add_argument(
-        "--version", action="version", version=f"transformer {_version()}"
+        "--version", action="version", version=f"transformer {transformer.__version__}"
     )
     commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     _add_train(commands)
