@@ -66,3 +66,19 @@ def test_the_paper_index_names_only_what_the_package_has():
         for part in name.split("."):
             assert hasattr(obj, part), f"book/paper_index.md names {name}, which the package does not have"
             obj = getattr(obj, part)
+
+
+def test_notebooks_for_nbval_and_colab_keep_the_chapter_and_install_only_on_colab(tmp_path):
+    import nbformat
+
+    result = subprocess.run([sys.executable, str(ROOT / "tools" / "notebooks.py"), str(tmp_path)],
+                            capture_output=True, text=True)
+    assert result.returncode == 0, result.stderr
+    chapters = {p.stem for p in (ROOT / "book").glob("*.md") if "\nkernelspec:" in p.read_text()}
+    assert {p.stem for p in tmp_path.glob("*.ipynb")} == chapters
+    notebook = nbformat.read(tmp_path / "attention.ipynb", as_version=4)
+    first = notebook.cells[0]
+    assert first.metadata["tags"] == ["colab"] and '"google.colab" in sys.modules' in first.source
+    assert "git+https://github.com/" in first.source
+    assert notebook.metadata["module"] == "attention"
+    exec(compile(first.source, "colab-cell", "exec"), {})  # outside Colab it does nothing
