@@ -12,15 +12,13 @@ Without --checkpoint it times an untrained model of the small preset's size on t
 from __future__ import annotations
 
 import argparse
-import json
-import platform
-import sys
 import time
 from pathlib import Path
 
 import torch
 from torch import nn
 
+from report import write_report
 from transformer import (
     Transformer,
     TransformerConfig,
@@ -165,13 +163,9 @@ def main() -> None:
     for name, value in speedups.items():
         print(f"speed-up {name}: {value:.2f}x")
     if args.out:
-        report = {"command": "python benchmarks/decoding_speed.py " + " ".join(sys.argv[1:]),
-                  "machine": f"{platform.machine()} CPU, {torch.get_num_threads()} threads", "torch": torch.__version__,
-                  "sentences": len(sources), "batch_size": args.batch_size,
-                  "parameters": sum(p.numel() for p in model.parameters()), "results": results,
-                  "same_output": same, "speedups": speedups}
-        args.out.parent.mkdir(parents=True, exist_ok=True)
-        args.out.write_text(json.dumps(report, indent=1) + "\n")
+        write_report(args.out, {"sentences": len(sources), "batch_size": args.batch_size,
+                                "parameters": sum(p.numel() for p in model.parameters()), "results": results,
+                                "same_output": same, "speedups": speedups})
     if not all(same.values()):
         raise SystemExit("outputs differ")
 

@@ -16,12 +16,9 @@ from __future__ import annotations
 
 import argparse
 import json
-import platform
-import sys
 from pathlib import Path
 
-import torch
-
+from report import write_report
 from transformer import average_checkpoints, evaluate, last_checkpoints, load_corpus, load_model
 
 
@@ -49,10 +46,7 @@ def main() -> None:
             rows.append({"weights": weights_name, "decoding": "greedy" if beam == 1 else f"beam {beam}",
                          "bleu": scores.bleu, "exact_match": scores.exact_match, "seconds": scores.seconds})
             print(f"{weights_name:18} {rows[-1]['decoding']:7} {scores}", flush=True)
-    results = {
-        "command": "python benchmarks/multi30k.py " + " ".join(sys.argv[1:]),
-        "machine": f"{platform.machine()} CPU, {torch.get_num_threads()} threads",
-        "torch": torch.__version__,
+    write_report(args.out, {
         "test_set": f"test_2016_flickr, {len(pairs)} sentences",
         "signature": signature,
         "training": {"steps": last["step"], "minutes": max(m.get("minutes", 0) for m in metrics),
@@ -60,13 +54,7 @@ def main() -> None:
                      "averaged": [Path(p).name for p in averaged["averaged_from"]],
                      "parameters": sum(p.numel() for p in model.parameters())},
         "rows": rows,
-    }
-    args.out.parent.mkdir(parents=True, exist_ok=True)
-    temporary = args.out.with_name(args.out.name + ".tmp")
-    temporary.write_text(json.dumps(results, indent=1) + "\n")
-    temporary.replace(args.out)
-    print(f"wrote {args.out}")
-
+    })
 
 if __name__ == "__main__":
     main()

@@ -14,15 +14,13 @@ book/results.md plots the committed results file.
 from __future__ import annotations
 
 import argparse
-import json
-import platform
-import sys
 import tempfile
 import time
 from pathlib import Path
 
 import torch
 
+from report import write_report
 from transformer import Trainer, TrainingConfig, TransformerConfig
 
 BASE = {"d_model": 128, "n_heads": 4, "d_ff": 512, "n_layers": 2, "dropout": 0.1}
@@ -78,20 +76,7 @@ def main() -> None:
                      **measured})
         print(f"{row:4} {label:18} {measured['parameters'] / 1e6:5.2f}M  ppl {measured['val_ppl']:6.3f}  "
               f"exact {measured['exact_match']:6.1%}  ({(time.perf_counter() - started) / 60:.1f} min)", flush=True)
-    results = {
-        "command": "python benchmarks/table3.py " + " ".join(sys.argv[1:]),
-        "machine": f"{platform.machine()} {platform.processor() or ''}".strip() + f", {torch.get_num_threads()} threads",
-        "torch": torch.__version__,
-        "steps": args.steps,
-        "base": {"model": BASE, "training": TRAINING},
-        "rows": rows,
-    }
-    args.out.parent.mkdir(parents=True, exist_ok=True)
-    temporary = args.out.with_name(args.out.name + ".tmp")
-    temporary.write_text(json.dumps(results, indent=1) + "\n")
-    temporary.replace(args.out)
-    print(f"wrote {args.out}")
-
+    write_report(args.out, {"steps": args.steps, "base": {"model": BASE, "training": TRAINING}, "rows": rows})
 
 if __name__ == "__main__":
     main()

@@ -16,13 +16,13 @@ from __future__ import annotations
 import argparse
 import json
 import math
-import platform
 import time
 
 import torch
 from torch import nn
 from torch.utils.flop_counter import FlopCounterMode
 
+from report import machine
 from transformer import Transformer, TransformerConfig, sinusoidal_positional_encoding
 
 PEAK_TFLOPS = {"H100": 989.0, "H200": 989.0, "A100": 312.0}  # dense bf16 tensor-core peaks
@@ -157,7 +157,7 @@ def main():
                 best[key] = result
             del model
     results = list(best.values())
-    device_name = torch.cuda.get_device_name(device) if device.type == "cuda" else f"{platform.processor() or platform.machine()} CPU, {torch.get_num_threads()} threads"
+    device_name = machine(device)
     print(f"device: {device_name}; torch {torch.__version__}; d_model={config.d_model}, N={config.n_layers}, "
           f"vocab={config.src_vocab_size}; batch {args.batch} x {args.length} tokens")
     header = f"{'model':<22} {'precision':<9} {'compile':<7} {'tokens/s':>10} {'step ms':>8} {'TFLOP/s':>8}"
