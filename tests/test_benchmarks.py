@@ -1,0 +1,28 @@
+"""The benchmark scripts still run (on tiny inputs; their numbers come from the full runs)."""
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+BENCHMARKS = Path(__file__).resolve().parent.parent / "benchmarks"
+
+
+@pytest.mark.parametrize("script", sorted(p.name for p in BENCHMARKS.glob("*.py") if p.name != "report.py"))
+def test_every_benchmark_has_help(script):
+    result = subprocess.run([sys.executable, str(BENCHMARKS / script), "--help"], capture_output=True, text=True)
+    assert result.returncode == 0 and "usage:" in result.stdout, result.stderr
+
+
+def test_decoding_speed_checks_that_all_decoders_agree(tmp_path):
+    out = tmp_path / "decoding.json"
+    result = subprocess.run([sys.executable, str(BENCHMARKS / "decoding_speed.py"), "--sentences", "2",
+                             "--batch-size", "2", "--out", str(out)], capture_output=True, text=True)
+    assert result.returncode == 0, result.stderr
+    report = json.loads(out.read_text())
+    assert all(report["same_output"].values()) and report["sentences"] == 2
+    assert set(report["results"]) == {"greedy, cache", "greedy, no cache", "beam 4, cache", "beam 4, no cache",
+                                      "nn.Transformer greedy (no cache)"}
+    assert report["command"].startswith("python ") and "decoding_speed.py" in report["command"]
