@@ -51,6 +51,7 @@ def main() -> None:
         "signature": signature,
         "training": {"steps": last["step"], "minutes": max(m.get("minutes", 0) for m in metrics),
                      "val_ppl": last["val_ppl"], "checkpoint": newest.name,
+                     "val_ppl_by_step": [[m["step"], m["val_ppl"]] for m in metrics if "val_ppl" in m],
                      "averaged": [Path(p).name for p in averaged["averaged_from"]],
                      "parameters": sum(p.numel() for p in model.parameters())},
         "rows": rows,

@@ -15,7 +15,13 @@ def machine(device: torch.device | None = None) -> str:
     """The device the numbers were measured on, in words."""
     if device is not None and device.type == "cuda":
         return torch.cuda.get_device_name(device)
-    return f"{platform.processor() or platform.machine()} CPU, {torch.get_num_threads()} threads"
+    name = platform.processor() or platform.machine()
+    cpuinfo = Path("/proc/cpuinfo")
+    if cpuinfo.is_file():
+        models = [line.split(":", 1)[1].strip() for line in cpuinfo.read_text().splitlines()
+                  if line.startswith("model name")]
+        name = models[0] if models else name
+    return f"{name} CPU, {torch.get_num_threads()} threads"
 
 
 def write_report(path: Path, results: dict, device: torch.device | None = None) -> None:
