@@ -12,7 +12,9 @@ from transformer.model import Transformer
 
 
 @torch.no_grad()
-def attention_weights(model: Transformer, src: Tensor, tgt: Tensor) -> dict[str, Tensor]:
+def attention_weights(
+    model: Transformer, src: Tensor, tgt: Tensor
+) -> dict[str, Tensor]:
     """Every attention layer's weights for src (batch, n) and decoder input tgt (batch, m).
 
     Keys "encoder.I.self" (batch, h, n, n), "decoder.I.self" (batch, h, m, m) and

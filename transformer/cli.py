@@ -194,7 +194,9 @@ def _add_decoding_options(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--batch-size", type=int, default=64, help="sentences per batch (default: 64)"
     )
-    parser.add_argument("--device", default="auto", help="auto (default), cpu, cuda, mps")
+    parser.add_argument(
+        "--device", default="auto", help="auto (default), cpu, cuda, mps"
+    )
 
 
 def _add_use(commands: argparse._SubParsersAction) -> None:
@@ -207,7 +209,9 @@ def _add_use(commands: argparse._SubParsersAction) -> None:
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     _add_decoding_options(translate)
-    translate.add_argument("--input", help="file to translate (default: standard input)")
+    translate.add_argument(
+        "--input", help="file to translate (default: standard input)"
+    )
     translate.add_argument("--output", help="file to write (default: standard output)")
     evaluate = commands.add_parser(
         "evaluate",
@@ -244,9 +248,7 @@ def _add_use(commands: argparse._SubParsersAction) -> None:
 
 
 def _checkpoint(path: str) -> Path:
-    return (
-        last_checkpoints(path, 1)[0] if Path(path).is_dir() else Path(path)
-    )
+    return last_checkpoints(path, 1)[0] if Path(path).is_dir() else Path(path)
 
 
 def _write_atomically(path: str, lines: list[str]) -> None:
@@ -259,7 +261,9 @@ def _write_atomically(path: str, lines: list[str]) -> None:
 
 
 def _translate(args: argparse.Namespace) -> int:
-    model, tokenizer = load_model(_checkpoint(args.checkpoint), pick_device(args.device))
+    model, tokenizer = load_model(
+        _checkpoint(args.checkpoint), pick_device(args.device)
+    )
     if args.input:
         with open(args.input, encoding="utf-8") as file:
             sentences = file.read().splitlines()
@@ -267,7 +271,13 @@ def _translate(args: argparse.Namespace) -> int:
         sentences = sys.stdin.read().splitlines()
     with tqdm(total=len(sentences), unit="sentence", disable=not args.input) as bar:
         outputs = translate(
-            model, tokenizer, sentences, args.beam, args.alpha, args.batch_size, bar.update
+            model,
+            tokenizer,
+            sentences,
+            args.beam,
+            args.alpha,
+            args.batch_size,
+            bar.update,
         )
     if args.output:
         _write_atomically(args.output, outputs)
@@ -279,7 +289,9 @@ def _translate(args: argparse.Namespace) -> int:
 def _evaluate(args: argparse.Namespace) -> int:
     path = _checkpoint(args.checkpoint)
     model, tokenizer = load_model(path, pick_device(args.device))
-    corpus = load_corpus(args.data or "numbers", args.src_lang or "en", args.tgt_lang or "de")
+    corpus = load_corpus(
+        args.data or "numbers", args.src_lang or "en", args.tgt_lang or "de"
+    )
     if args.split not in corpus.splits:
         raise SystemExit(
             f"error: the corpus has no split {args.split!r}; it has {sorted(corpus.splits)}"
@@ -292,11 +304,19 @@ def _evaluate(args: argparse.Namespace) -> int:
     if args.output:
         _write_atomically(args.output, hypotheses)
     if args.json:
-        record = {"checkpoint": str(path), "data": args.data or "numbers", "split": args.split,
-                  "beam": args.beam, "alpha": args.alpha, **asdict(scores)}
+        record = {
+            "checkpoint": str(path),
+            "data": args.data or "numbers",
+            "split": args.split,
+            "beam": args.beam,
+            "alpha": args.alpha,
+            **asdict(scores),
+        }
         with open(args.json, "a", encoding="utf-8") as file:
             file.write(json.dumps(record) + "\n")
-    print(f"{path}, {args.split}, {'greedy' if args.beam == 1 else f'beam {args.beam}'}: {scores}")
+    print(
+        f"{path}, {args.split}, {'greedy' if args.beam == 1 else f'beam {args.beam}'}: {scores}"
+    )
     return 0
 
 
@@ -308,7 +328,9 @@ def _average(args: argparse.Namespace) -> int:
     else:
         paths = [Path(p) for p in args.checkpoints]
     save_checkpoint(average_checkpoints(paths), args.out)
-    print(f"averaged {len(paths)} checkpoints ({paths[0].name} .. {paths[-1].name}) into {args.out}")
+    print(
+        f"averaged {len(paths)} checkpoints ({paths[0].name} .. {paths[-1].name}) into {args.out}"
+    )
     return 0
 
 
@@ -329,7 +351,12 @@ def _parser() -> argparse.ArgumentParser:
 def main(argv: list[str] | None = None) -> int:
     """Entry point of `python -m transformer`."""
     args = _parser().parse_args(argv)
-    run = {"train": _train, "translate": _translate, "evaluate": _evaluate, "average": _average}
+    run = {
+        "train": _train,
+        "translate": _translate,
+        "evaluate": _evaluate,
+        "average": _average,
+    }
     try:
         return run[args.command](args)
     except (FileNotFoundError, ValueError) as error:

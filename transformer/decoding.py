@@ -96,7 +96,9 @@ def beam_search(
     if beam_size < 1:
         raise ValueError(f"beam_size must be at least 1; got {beam_size}")
     if alpha < 0:
-        raise ValueError(f"alpha must be >= 0 (early stopping relies on it); got {alpha}")
+        raise ValueError(
+            f"alpha must be >= 0 (early stopping relies on it); got {alpha}"
+        )
     batch, k, device = src.size(0), beam_size, src.device
     limits = _output_limits(model, src, max_len)
     longest = int(limits.max())

@@ -17,7 +17,9 @@ from transformer.model import Transformer
 from transformer.training import load_checkpoint
 
 
-def corpus_bleu(hypotheses: Sequence[str], references: Sequence[str]) -> tuple[float, str]:
+def corpus_bleu(
+    hypotheses: Sequence[str], references: Sequence[str]
+) -> tuple[float, str]:
     """Corpus BLEU (0-100) of detokenized hypotheses against one reference each, and the
     sacreBLEU signature of the settings (13a tokenization, case-sensitive)."""
     if len(hypotheses) != len(references):
