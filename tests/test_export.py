@@ -79,6 +79,6 @@ def test_notebooks_for_nbval_and_colab_keep_the_chapter_and_install_only_on_cola
     notebook = nbformat.read(tmp_path / "attention.ipynb", as_version=4)
     first = notebook.cells[0]
     assert first.metadata["tags"] == ["colab"] and '"google.colab" in sys.modules' in first.source
-    assert "git+https://github.com/" in first.source
+    assert "git\", \"clone\"" in first.source and "https://github.com/" in first.source
     assert notebook.metadata["module"] == "attention"
     exec(compile(first.source, "colab-cell", "exec"), {})  # outside Colab it does nothing

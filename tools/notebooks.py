@@ -2,9 +2,10 @@
 buttons (the deploy workflow publishes them on the `notebooks` branch, where Binder and Colab
 open them).
 
-Each notebook starts with a cell that installs this repository's package when it runs on
-Google Colab, the one place where it is not installed already; the address comes from
-`repository.url` in _config.yml. Everywhere else the cell does nothing.
+Each notebook starts with a cell that, on Google Colab (the one place where neither is there
+already), clones this repository and installs its package, then runs the chapter in the clone's
+book/ folder, so that the committed results files are found as they are locally. The address
+comes from `repository.url` in _config.yml. Everywhere else the cell does nothing.
 
     python tools/notebooks.py build/notebooks     # one .ipynb per chapter with code
 """
@@ -21,14 +22,19 @@ import yaml
 
 ROOT = Path(__file__).resolve().parent.parent
 
-COLAB_CELL = '''# On Google Colab, install the package of this book first (elsewhere it is installed already).
+COLAB_CELL = '''# On Google Colab, clone the book's repository and install its package first (elsewhere
+# both are there already); the chapters then run in its book/ folder, as they do locally.
+import os
 import subprocess
 import sys
 
-if "google.colab" in sys.modules:
+if "google.colab" in sys.modules and not os.path.isdir("/content/book-repository"):
     subprocess.check_call(
-        [sys.executable, "-m", "pip", "install", "--quiet", "transformer @ git+{url}@{branch}"]
-    )'''
+        ["git", "clone", "--quiet", "--depth", "1", "--branch", "{branch}", "{url}", "/content/book-repository"]
+    )
+    subprocess.check_call([sys.executable, "-m", "pip", "install", "--quiet", "/content/book-repository"])
+if "google.colab" in sys.modules:
+    os.chdir("/content/book-repository/book")'''
 
 
 def repository_url() -> str:
