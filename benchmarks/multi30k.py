@@ -44,7 +44,7 @@ def main() -> None:
             scores, _ = evaluate(model, tokenizer, pairs, beam_size=beam)
             signature = scores.signature
             rows.append({"weights": weights_name, "decoding": "greedy" if beam == 1 else f"beam {beam}",
-                         "bleu": scores.bleu, "exact_match": scores.exact_match, "seconds": scores.seconds})
+                         "bleu": scores.bleu, "chrf": scores.chrf, "exact_match": scores.exact_match, "seconds": scores.seconds})
             print(f"{weights_name:18} {rows[-1]['decoding']:7} {scores}", flush=True)
     write_report(args.out, {
         "test_set": f"test_2016_flickr, {len(pairs)} sentences",

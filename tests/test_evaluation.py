@@ -10,6 +10,7 @@ from transformer import (
     TransformerConfig,
     average_checkpoints,
     corpus_bleu,
+    corpus_chrf,
     evaluate,
     exact_match,
     last_checkpoints,
@@ -38,6 +39,13 @@ def test_bleu_matches_sacrebleu_on_the_same_strings():
     assert 0 < score < 100
     assert signature.startswith("nrefs:1|case:mixed|eff:no|tok:13a|smooth:exp|version:")
     assert corpus_bleu(references, references)[0] == pytest.approx(100.0)
+    assert corpus_chrf(hypotheses, references) == pytest.approx(sacrebleu.corpus_chrf(hypotheses, [references]).score)
+
+
+def test_one_word_outputs_have_no_bleu_but_have_chrf():
+    hypotheses, references = ["vierhunderteinundzwanzig", "zwei"], ["vierhunderteinundzwanzig", "drei"]
+    assert corpus_bleu(hypotheses, references)[0] == 0.0
+    assert 50 < corpus_chrf(hypotheses, references) < 100
 
 
 def test_bleu_and_exact_match_reject_unpaired_lists():
@@ -93,6 +101,7 @@ def test_evaluate_scores_the_translations_it_returns(tiny_corpus, tmp_path):
     assert len(hypotheses) == scores.sentences == len(pairs)
     assert scores.bleu == corpus_bleu(hypotheses, references)[0]
     assert scores.exact_match == exact_match(hypotheses, references)
+    assert scores.chrf == corpus_chrf(hypotheses, references)
     assert "BLEU" in str(scores) and scores.signature in str(scores)
     with pytest.raises(ValueError, match="at least one"):
         evaluate(trainer.model, trainer.tokenizer, [])

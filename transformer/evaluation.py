@@ -9,7 +9,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import torch
-from sacrebleu.metrics import BLEU
+from sacrebleu.metrics import BLEU, CHRF
 from tokenizers import Tokenizer
 
 from transformer.decoding import translate
@@ -17,28 +17,34 @@ from transformer.model import Transformer
 from transformer.training import load_checkpoint
 
 
-def corpus_bleu(
-    hypotheses: Sequence[str], references: Sequence[str]
-) -> tuple[float, str]:
-    """Corpus BLEU (0-100) of detokenized hypotheses against one reference each, and the
-    sacreBLEU signature of the settings (13a tokenization, case-sensitive)."""
-    if len(hypotheses) != len(references):
-        raise ValueError(
-            f"one reference per hypothesis expected; got {len(hypotheses)} hypotheses "
-            f"and {len(references)} references"
-        )
-    metric = BLEU()
-    score = metric.corpus_score(list(hypotheses), [list(references)])
-    return score.score, str(metric.get_signature())
-
-
-def exact_match(hypotheses: Sequence[str], references: Sequence[str]) -> float:
-    """Fraction of hypotheses identical to their reference."""
+def _check_pairs(hypotheses: Sequence[str], references: Sequence[str]) -> None:
     if len(hypotheses) != len(references) or not references:
         raise ValueError(
             f"one reference per hypothesis expected, at least one; got {len(hypotheses)} "
             f"hypotheses and {len(references)} references"
         )
+
+
+def corpus_bleu(
+    hypotheses: Sequence[str], references: Sequence[str]
+) -> tuple[float, str]:
+    """Corpus BLEU (0-100) of detokenized hypotheses against one reference each, and the
+    sacreBLEU signature of the settings (13a tokenization, case-sensitive)."""
+    _check_pairs(hypotheses, references)
+    metric = BLEU()
+    score = metric.corpus_score(list(hypotheses), [list(references)])
+    return score.score, str(metric.get_signature())
+
+
+def corpus_chrf(hypotheses: Sequence[str], references: Sequence[str]) -> float:
+    """Corpus chrF (0-100): F-score of character n-grams, n = 1..6, sacreBLEU's defaults."""
+    _check_pairs(hypotheses, references)
+    return CHRF().corpus_score(list(hypotheses), [list(references)]).score
+
+
+def exact_match(hypotheses: Sequence[str], references: Sequence[str]) -> float:
+    """Fraction of hypotheses identical to their reference."""
+    _check_pairs(hypotheses, references)
     return sum(h == r for h, r in zip(hypotheses, references)) / len(references)
 
 
@@ -84,18 +90,19 @@ def average_checkpoints(paths: Sequence[str | Path]) -> dict:
 
 @dataclass
 class Scores:
-    """BLEU (with its sacreBLEU signature) and exact match of one decoding of a test set."""
+    """BLEU (with its sacreBLEU signature), chrF and exact match of one decoding of a test set."""
 
     bleu: float
     signature: str
+    chrf: float
     exact_match: float
     sentences: int
     seconds: float
 
     def __str__(self) -> str:
         return (
-            f"BLEU {self.bleu:.2f}, exact match {self.exact_match:.1%} on {self.sentences} "
-            f"sentences, decoded in {self.seconds:.1f} s ({self.signature})"
+            f"BLEU {self.bleu:.2f}, chrF {self.chrf:.2f}, exact match {self.exact_match:.1%} "
+            f"on {self.sentences} sentences, decoded in {self.seconds:.1f} s ({self.signature})"
         )
 
 
@@ -118,10 +125,11 @@ def evaluate(
     seconds = time.perf_counter() - started
     references = [r for _, r in pairs]
     bleu, signature = corpus_bleu(hypotheses, references)
-    scores = Scores(
-        bleu, signature, exact_match(hypotheses, references), len(pairs), seconds
+    chrf, exact = corpus_chrf(hypotheses, references), exact_match(
+        hypotheses, references
     )
+    scores = Scores(bleu, signature, chrf, exact, len(pairs), seconds)
     return scores, hypotheses
 
 
-__all__ = ['corpus_bleu', 'exact_match', 'last_checkpoints', 'average_checkpoints', 'Scores', 'evaluate']
+__all__ = ['corpus_bleu', 'corpus_chrf', 'exact_match', 'last_checkpoints', 'average_checkpoints', 'Scores', 'evaluate']
