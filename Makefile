@@ -32,7 +32,7 @@ test: notebooks
 
 # The package tests only (a couple of minutes).
 test-quick: install
-	$(BIN)/python -m pytest tests -q -m "not slow"
+	$(BIN)/python -m pytest tests -q -m "not slow and not browser"
 
 # Every page of the built book in headless Chromium (Playwright is in requirements.txt; the
 # browser is Debian's chromium, installed here when missing and apt-get can run).

@@ -29,7 +29,6 @@ from transformer import (
     load_model,
     train_tokenizer,
 )
-from transformer.attention import padding_mask
 from transformer.data import BOS, EOS, PAD
 
 

@@ -22,6 +22,7 @@ import yaml
 ROOT = Path(__file__).resolve().parent.parent
 HTML = ROOT / "_build" / "html"
 BROWSERS = ("chromium", "chromium-browser", "google-chrome")
+pytestmark = pytest.mark.browser  # left out of make test-quick
 
 
 def toc_pages() -> list[str]:

@@ -8,7 +8,6 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-import torch
 from sacrebleu.metrics import BLEU, CHRF
 from tokenizers import Tokenizer
 

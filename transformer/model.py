@@ -6,7 +6,6 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass, fields
 
-import torch
 from torch import Tensor, nn
 
 from transformer.attention import KeyValueCache, MultiHeadAttention, padding_mask
