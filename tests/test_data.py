@@ -3,17 +3,21 @@
 import gzip
 import json
 
+import numpy as np
 import pytest
 import torch
 
 from transformer import (
+    BatchStream,
     TokenBatchSampler,
+    TokenizedSplit,
     collate,
     encode_pairs,
     load_corpus,
     load_hub_dataset,
     number_corpus,
     pair_lengths,
+    prepare_data,
     read_parallel_files,
     train_tokenizer,
 )
@@ -58,7 +62,7 @@ def test_parallel_files_errors(tmp_path):
     with pytest.raises(FileNotFoundError, match=r"needs train.en and train.de"):
         read_parallel_files(tmp_path, "en", "de")
     (tmp_path / "train.de").write_text("eins\n")
-    with pytest.raises(ValueError, match="has 2 lines but .* has 1; they must be parallel"):
+    with pytest.raises(ValueError, match=r"must be parallel \(as many lines\); .*train.de ends after 1 lines"):
         read_parallel_files(tmp_path, "en", "de")
 
 
@@ -101,18 +105,32 @@ def _lengths(n=500, seed=0):
     return [(int(a), int(b)) for a, b in torch.randint(2, 40, (n, 2), generator=g)]
 
 
-@pytest.mark.parametrize("max_tokens", [40, 150, 1000])
-def test_batches_respect_the_budget_and_cover_every_pair_once(max_tokens):
+def _greedy_sizes(widths, max_tokens):
+    """Batch sizes of the written-out greedy cut of sorted widths (the oracle)."""
+    sizes, count, longest = [], 0, 0
+    for width in sorted(widths):
+        if count and (count + 1) * max(longest, width) > max_tokens:
+            sizes.append(count)
+            count, longest = 0, 0
+        count, longest = count + 1, max(longest, width)
+    return sizes + [count]
+
+
+@pytest.mark.parametrize("max_tokens, pad_multiple", [(40, 1), (150, 1), (1000, 1), (150, 8)])
+def test_batches_respect_the_budget_and_cover_every_pair_once(max_tokens, pad_multiple):
     lengths = _lengths()
-    sampler = TokenBatchSampler(lengths, max_tokens, seed=1)
+    sampler = TokenBatchSampler(lengths, max_tokens, seed=1, pad_multiple=pad_multiple)
+    rounded = [-(-max(pair) // pad_multiple) * pad_multiple for pair in lengths]
     for epoch in (0, 1):
         batches = sampler.epoch(epoch)
         assert sorted(i for b in batches for i in b) == list(range(len(lengths)))
         for batch in batches:
-            for side in (0, 1):
-                assert len(batch) * max(lengths[i][side] for i in batch) <= max_tokens
-    assert sampler.epoch(0) != sampler.epoch(1), "every epoch is shuffled differently"
-    assert sampler.epoch(1) == TokenBatchSampler(lengths, max_tokens, seed=1).epoch(1), "and reproducibly"
+            assert len(batch) * max(rounded[i] for i in batch) <= max_tokens
+        assert sorted(map(len, batches)) == sorted(_greedy_sizes(rounded, max_tokens))
+    as_lists = lambda batches: [b.tolist() for b in batches]
+    assert as_lists(sampler.epoch(0)) != as_lists(sampler.epoch(1)), "every epoch is shuffled differently"
+    again = TokenBatchSampler(lengths, max_tokens, seed=1, pad_multiple=pad_multiple)
+    assert as_lists(sampler.epoch(1)) == as_lists(again.epoch(1)), "and reproducibly"
 
 
 def test_ranks_share_the_batches_without_overlap():
@@ -120,7 +138,107 @@ def test_ranks_share_the_batches_without_overlap():
     whole = TokenBatchSampler(lengths, 200, seed=0).epoch(0)
     shards = [TokenBatchSampler(lengths, 200, seed=0, rank=r, world_size=3).epoch(0) for r in range(3)]
     assert len({len(s) for s in shards}) == 1, "the same number of batches on every rank"
-    assert [b for s in zip(*shards) for b in s] == whole[: len(shards[0]) * 3]
+    interleaved = [b.tolist() for s in zip(*shards) for b in s]
+    assert interleaved == [b.tolist() for b in whole[: len(shards[0]) * 3]]
+
+
+def _random_pairs(n=50, seed=0):
+    g = torch.Generator().manual_seed(seed)
+    lengths = torch.randint(0, 12, (n, 2), generator=g).tolist()
+    return [(torch.randint(4, 300, (a,), generator=g).tolist(), torch.randint(4, 300, (b,), generator=g).tolist())
+            for a, b in lengths]
+
+
+def test_array_batches_equal_the_sentence_by_sentence_collate():
+    pairs = _random_pairs()
+    split = TokenizedSplit.from_pairs(pairs)
+    assert split.lengths().tolist() == [list(x) for x in pair_lengths(pairs)]
+    for indices in ([0], [3, 1, 4, 1, 5], list(range(len(pairs)))):
+        fast, slow = split.batch(np.array(indices)), collate([pairs[i] for i in indices])
+        for name in ("src", "tgt_in", "tgt_out"):
+            assert torch.equal(getattr(fast, name), getattr(slow, name)), name
+        assert fast.n_tokens == slow.n_tokens
+        padded = split.batch(np.array(indices), pad_multiple=8)
+        for name in ("src", "tgt_in", "tgt_out"):
+            tensor, width = getattr(padded, name), getattr(slow, name).size(1)
+            assert tensor.size(1) % 8 == 0 and torch.equal(tensor[:, :width], getattr(slow, name))
+            assert (tensor[:, width:] == PAD).all()
+
+
+def _take(stream, n):
+    iterator = iter(stream)
+    try:
+        return [next(iterator) for _ in range(n)]
+    finally:
+        iterator.close()
+
+
+def test_prefetching_gives_the_same_batches_in_the_same_order_across_epochs():
+    split = TokenizedSplit.from_pairs(_random_pairs(200))
+    sampler = TokenBatchSampler(split.lengths(), 60, seed=2)
+    per_epoch = len(sampler)
+    plain = _take(BatchStream(split, sampler, prefetch=0), 2 * per_epoch + 3)
+    ahead = _take(BatchStream(split, sampler, prefetch=3), 2 * per_epoch + 3)
+    assert [(e, i) for _, e, i in plain][per_epoch - 1 : per_epoch + 1] == [(0, per_epoch), (1, 1)]
+    for (a, *pa), (b, *pb) in zip(plain, ahead):
+        assert pa == pb and torch.equal(a.src, b.src) and torch.equal(a.tgt_out, b.tgt_out)
+    middle = _take(BatchStream(split, sampler, epoch=1, index=2, prefetch=2), 3)
+    assert [torch.equal(a.src, b.src) for (a, *_), (b, *_) in zip(middle, plain[per_epoch + 2 :])] == [True] * 3
+
+
+def test_an_error_in_the_prefetch_thread_reaches_the_consumer():
+    split = TokenizedSplit.from_pairs(_random_pairs(20))
+    sampler = TokenBatchSampler(split.lengths(), 60)
+    split.src_ids = split.src_ids[:3]  # the offsets now point past the ids
+    with pytest.raises(IndexError):
+        _take(BatchStream(split, sampler, prefetch=2), 20)
+
+
+def _write_corpus(folder, pairs, name="train"):
+    folder.mkdir(exist_ok=True)
+    (folder / f"{name}.en").write_text("".join(en + "\n" for en, _ in pairs))
+    (folder / f"{name}.de").write_text("".join(de + "\n" for _, de in pairs))
+
+
+PAIRS = [(f"the {w} cat number {n}", f"die {w} Katze Nummer {n}") for n in range(30) for w in ("big", "small")]
+
+
+def test_prepared_arrays_hold_the_tokenizers_ids(tmp_path):
+    _write_corpus(tmp_path / "corpus", PAIRS)
+    _write_corpus(tmp_path / "corpus", PAIRS[:5], "val")
+    _write_corpus(tmp_path / "corpus", PAIRS[5:9], "test_2016")
+    data = prepare_data(str(tmp_path / "corpus"), vocab_size=80, cache_dir=tmp_path / "cache")
+    assert len(data.train) == len(PAIRS) and len(data.valid) == 5 and data.test == PAIRS[5:9]
+    assert data.train.src_ids.dtype == np.uint16 and isinstance(data.train.src_ids, np.memmap)
+    expected = TokenizedSplit.from_pairs(encode_pairs(data.tokenizer, PAIRS))
+    for name in ("src_ids", "src_offsets", "tgt_ids", "tgt_offsets"):
+        assert np.array_equal(getattr(data.train, name), getattr(expected, name)), name
+
+
+def test_the_cache_is_reused_and_rebuilt_when_corpus_tokenizer_or_files_change(tmp_path, monkeypatch):
+    import transformer.data as data_module
+
+    builds = []
+    original = data_module._write_split
+    monkeypatch.setattr(data_module, "_write_split", lambda *a: builds.append(a[1]) or original(*a))
+    corpus, cache = tmp_path / "corpus", tmp_path / "cache"
+    _write_corpus(corpus, PAIRS)
+    first = prepare_data(str(corpus), vocab_size=80, cache_dir=cache)
+    again = prepare_data(str(corpus), vocab_size=80, cache_dir=cache)
+    assert builds == ["train"] and again.folder == first.folder, "the second run reuses the arrays"
+    assert again.tokenizer.to_str() == first.tokenizer.to_str()
+    other_tokenizer = prepare_data(str(corpus), vocab_size=70, cache_dir=cache)
+    assert builds == ["train"] * 2 and other_tokenizer.folder != first.folder
+    _write_corpus(corpus, PAIRS[:-1] + [("a new line", "eine neue Zeile")])
+    changed = prepare_data(str(corpus), vocab_size=80, cache_dir=cache)
+    assert builds == ["train"] * 3 and changed.folder != first.folder
+    ids = changed.folder / "train.tgt.ids"
+    ids.write_bytes(ids.read_bytes()[:-2])  # a truncated file
+    with pytest.warns(UserWarning, match="rebuilding the data cache .*train.tgt.ids"):
+        repaired = prepare_data(str(corpus), vocab_size=80, cache_dir=cache)
+    expected = TokenizedSplit.from_pairs(encode_pairs(repaired.tokenizer, PAIRS[:-1] + [("a new line", "eine neue Zeile")]))
+    assert builds == ["train"] * 4 and np.array_equal(repaired.train.tgt_ids, expected.tgt_ids)
+    assert not [p for p in (cache / "data").iterdir() if "." in p.name], "no half-written folder is left"
 
 
 def test_sampler_errors():

@@ -3,13 +3,27 @@
 
 from __future__ import annotations
 
+import contextlib
+import functools
 import gzip
+import hashlib
+import importlib.metadata
+import itertools
+import json
+import os
+import queue
 import random
-from collections.abc import Iterator, Sequence
+import shutil
+import tempfile
+import threading
+import warnings
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+import numpy as np
 import torch
+import torch.distributed as dist
 from num2words import num2words
 from tokenizers import (
     Tokenizer,
@@ -66,10 +80,8 @@ def number_corpus(
     return ParallelCorpus("en", "de", splits)
 
 
-def _read_lines(path: Path) -> list[str]:
-    opener = gzip.open if path.suffix == ".gz" else open
-    with opener(path, "rt", encoding="utf-8") as file:
-        return [line.rstrip("\n") for line in file]
+def _open_text(path: Path):
+    return (gzip.open if path.suffix == ".gz" else open)(path, "rt", encoding="utf-8")
 
 
 def _split_file(folder: Path, names: Sequence[str], lang: str) -> Path | None:
@@ -80,10 +92,10 @@ def _split_file(folder: Path, names: Sequence[str], lang: str) -> Path | None:
     return None
 
 
-def read_parallel_files(
+def parallel_files(
     folder: str | Path, src_lang: str, tgt_lang: str
-) -> ParallelCorpus:
-    """Read train/val/test from `folder`: files SPLIT.LANG or SPLIT.LANG.gz, one sentence a line."""
+) -> dict[str, tuple[Path, Path]]:
+    """The (source, target) files of each split in `folder`: SPLIT.LANG or SPLIT.LANG.gz."""
     folder = Path(folder)
     if not folder.is_dir():
         raise FileNotFoundError(
@@ -95,31 +107,64 @@ def read_parallel_files(
         "val": ["val", "valid", "dev", "validation"],
         "test": tests[:1],
     }
-    splits = {}
+    files = {}
     for split, candidates in names.items():
-        src_path, tgt_path = _split_file(folder, candidates, src_lang), _split_file(
-            folder, candidates, tgt_lang
+        src_path = _split_file(folder, candidates, src_lang)
+        tgt_path = _split_file(folder, candidates, tgt_lang)
+        if src_path is not None and tgt_path is not None:
+            files[split] = (src_path, tgt_path)
+    if "train" not in files:
+        raise FileNotFoundError(
+            f"{folder} needs train.{src_lang} and train.{tgt_lang} (optionally .gz); "
+            f"found {sorted(p.name for p in folder.iterdir())}"
         )
-        if src_path is None or tgt_path is None:
-            if split == "train":
-                raise FileNotFoundError(
-                    f"{folder} needs train.{src_lang} and train.{tgt_lang} (optionally .gz); "
-                    f"found {sorted(p.name for p in folder.iterdir())}"
+    return files
+
+
+def read_pair_chunks(
+    src_path: Path, tgt_path: Path, chunk_size: int = 100_000
+) -> Iterator[tuple[list[str], list[str]]]:
+    """The lines of two parallel files, `chunk_size` at a time, as (sources, targets)."""
+    with _open_text(src_path) as src, _open_text(tgt_path) as tgt:
+        lines = itertools.zip_longest(src, tgt)
+        for n_read in itertools.count(0, chunk_size):
+            chunk = list(itertools.islice(lines, chunk_size))
+            if not chunk:
+                return
+            if None in chunk[-1]:
+                side = chunk[-1].index(None)  # 0: the source file is shorter
+                short = (src_path, tgt_path)[side]
+                n_short = n_read + sum(pair[side] is not None for pair in chunk)
+                raise ValueError(
+                    f"{src_path} and {tgt_path} must be parallel (as many lines); "
+                    f"{short} ends after {n_short} lines, the other has more"
                 )
-            continue
-        src, tgt = _read_lines(src_path), _read_lines(tgt_path)
-        if len(src) != len(tgt):
-            raise ValueError(
-                f"{src_path} has {len(src)} lines but {tgt_path} has {len(tgt)}; they must be parallel"
-            )
-        splits[split] = list(zip(src, tgt))
+            yield [s.rstrip("\n") for s, _ in chunk], [t.rstrip("\n") for _, t in chunk]
+
+
+def read_parallel_files(
+    folder: str | Path, src_lang: str, tgt_lang: str
+) -> ParallelCorpus:
+    """Read train/val/test from `folder` into memory (see parallel_files for the names)."""
+    splits = {}
+    for split, paths in parallel_files(folder, src_lang, tgt_lang).items():
+        splits[split] = [
+            pair for src, tgt in read_pair_chunks(*paths) for pair in zip(src, tgt)
+        ]
     return ParallelCorpus(src_lang, tgt_lang, splits)
 
 
-def load_hub_dataset(
-    name: str, src_lang: str, tgt_lang: str, config: str | None = None
-) -> ParallelCorpus:
-    """A translation dataset of the Hugging Face hub (e.g. "wmt14", config "de-en"), or a local folder of them."""
+HUB_SPLITS = {
+    "train": "train",
+    "validation": "val",
+    "val": "val",
+    "valid": "val",
+    "test": "test",
+}
+
+
+def hub_splits(name: str, config: str | None = None) -> dict:
+    """The splits of a hub dataset (e.g. "wmt14", config "de-en") by our names; Arrow-backed."""
     try:
         import datasets
     except ImportError as error:
@@ -133,22 +178,30 @@ def load_hub_dataset(
             f"could not load dataset {name!r} (config {config!r}): {error}. "
             "Named datasets download from the Hugging Face hub; offline, use a folder of parallel files."
         ) from error
-    aliases = {
-        "train": "train",
-        "validation": "val",
-        "val": "val",
-        "valid": "val",
-        "test": "test",
-    }
+    return {HUB_SPLITS[s]: rows for s, rows in loaded.items() if s in HUB_SPLITS}
+
+
+def hub_pair_chunks(
+    rows, src_lang: str, tgt_lang: str, chunk_size: int = 100_000
+) -> Iterator[tuple[list[str], list[str]]]:
+    """The (sources, targets) of a hub split's {"translation": {...}} rows, a chunk at a time."""
+    for start in range(0, len(rows), chunk_size):
+        pairs = rows[start : start + chunk_size]["translation"]
+        if src_lang not in pairs[0] or tgt_lang not in pairs[0]:
+            raise ValueError(
+                f"the dataset has languages {sorted(pairs[0])}; asked for {src_lang}-{tgt_lang}"
+            )
+        yield [p[src_lang] for p in pairs], [p[tgt_lang] for p in pairs]
+
+
+def load_hub_dataset(
+    name: str, src_lang: str, tgt_lang: str, config: str | None = None
+) -> ParallelCorpus:
+    """A translation dataset of the Hugging Face hub, or a local folder of them, in memory."""
     splits = {}
-    for hub_split, rows in loaded.items():
-        if hub_split in aliases:
-            pairs = rows["translation"]
-            if pairs and (src_lang not in pairs[0] or tgt_lang not in pairs[0]):
-                raise ValueError(
-                    f"dataset {name!r} has languages {sorted(pairs[0])}; asked for {src_lang}-{tgt_lang}"
-                )
-            splits[aliases[hub_split]] = [(p[src_lang], p[tgt_lang]) for p in pairs]
+    for split, rows in hub_splits(name, config).items():
+        chunks = hub_pair_chunks(rows, src_lang, tgt_lang)
+        splits[split] = [pair for src, tgt in chunks for pair in zip(src, tgt)]
     return ParallelCorpus(src_lang, tgt_lang, splits)
 
 
@@ -190,69 +243,73 @@ def encode_pairs(
     return [(s.ids, t.ids) for s, t in zip(sources, targets)]
 
 
+def _round_up(n: np.ndarray | int, multiple: int) -> np.ndarray | int:
+    return -(-n // multiple) * multiple
+
+
 class TokenBatchSampler:
     """Batches of pair indices whose padded size stays within max_tokens per side.
 
-    lengths: (source length, target length) per pair, special tokens included.
-    Each rank of world_size gets every world_size-th batch (the same number on every rank).
+    lengths: (source length, target length) per pair, special tokens included; an (n, 2)
+    array or a sequence of pairs. Each rank of world_size gets every world_size-th batch
+    (the same number on every rank).
     """
 
     def __init__(
         self,
-        lengths: Sequence[tuple[int, int]],
+        lengths: np.ndarray | Sequence[tuple[int, int]],
         max_tokens: int,
         shuffle: bool = True,
         seed: int = 0,
         rank: int = 0,
         world_size: int = 1,
+        pad_multiple: int = 1,
     ):
-        too_long = [i for i, (s, t) in enumerate(lengths) if max(s, t) > max_tokens]
-        if too_long:
+        lengths = np.asarray(lengths, dtype=np.int64).reshape(-1, 2)
+        self.width = _round_up(
+            lengths.max(axis=1), pad_multiple
+        )  # padded size of a pair
+        too_long = np.flatnonzero(self.width > max_tokens)
+        if len(too_long):
             raise ValueError(
                 f"max_tokens={max_tokens} is smaller than {len(too_long)} pair(s) alone "
-                f"(the longest has {max(max(lengths[i]) for i in too_long)} tokens); raise max_tokens or filter them"
+                f"(the longest has {self.width.max()} tokens with padding); "
+                "raise max_tokens or filter them"
             )
         if not 0 <= rank < world_size:
             raise ValueError(
                 f"rank must be in [0, world_size={world_size}); got {rank}"
             )
-        self.lengths, self.max_tokens, self.shuffle, self.seed = (
-            list(lengths),
-            max_tokens,
-            shuffle,
-            seed,
-        )
+        self.max_tokens, self.shuffle, self.seed = max_tokens, shuffle, seed
         self.rank, self.world_size = rank, world_size
 
-    def epoch(self, epoch: int) -> list[list[int]]:
-        """This rank's batches for one epoch."""
-        rng = random.Random(self.seed * 1_000_003 + epoch)
-        order = list(range(len(self.lengths)))
+    def epoch(self, epoch: int) -> list[np.ndarray]:
+        """This rank's batches for one epoch, each an array of pair indices."""
+        rng = np.random.default_rng([self.seed % 2**32, epoch])
+        n = len(self.width)
+        order = rng.permutation(n) if self.shuffle else np.arange(n)
+        order = order[
+            np.argsort(self.width[order], kind="stable")
+        ]  # ties stay shuffled
+        width = self.width[order]
+        batches, start = [], 0
+        while (
+            start < n
+        ):  # padded size of the first k pairs from start: k * width[k - 1]
+            window = width[start : start + self.max_tokens // width[start]]
+            padded = np.arange(1, len(window) + 1) * window  # increasing
+            size = int(np.searchsorted(padded, self.max_tokens, side="right"))
+            batches.append(order[start : start + size])
+            start += size
         if self.shuffle:
-            rng.shuffle(order)
-        order.sort(
-            key=lambda i: self.lengths[i]
-        )  # stable: equal lengths keep the shuffled order
-        batches, batch, longest_src, longest_tgt = [], [], 0, 0
-        for i in order:
-            s, t = self.lengths[i]
-            grown = len(batch) + 1  # padded size if pair i joins the batch:
-            if batch and grown * max(longest_src, s, longest_tgt, t) > self.max_tokens:
-                batches.append(batch)
-                batch, longest_src, longest_tgt = [], 0, 0
-            batch.append(i)
-            longest_src, longest_tgt = max(longest_src, s), max(longest_tgt, t)
-        batches.append(batch)
-        if self.shuffle:
-            rng.shuffle(batches)
+            batches = [batches[i] for i in rng.permutation(len(batches))]
         if self.world_size > 1:
             if len(batches) < self.world_size:
                 raise ValueError(
                     f"{len(batches)} batches cannot be shared by {self.world_size} processes"
                 )
-            batches = batches[: len(batches) - len(batches) % self.world_size][
-                self.rank :: self.world_size
-            ]
+            kept = len(batches) - len(batches) % self.world_size
+            batches = batches[:kept][self.rank :: self.world_size]
         return batches
 
     def __len__(self) -> int:
@@ -261,41 +318,45 @@ class TokenBatchSampler:
 
 @dataclass
 class Batch:
-    """src (batch, n), tgt_in (batch, m) = <bos> y, tgt_out (batch, m) = y <eos>; right-padded."""
+    """src (batch, n), tgt_in (batch, m) = <bos> y, tgt_out (batch, m) = y <eos>; right-padded.
+
+    n_tokens: the target tokens the loss is computed on (padding excluded).
+    """
 
     src: Tensor
     tgt_in: Tensor
     tgt_out: Tensor
-
-    @property
-    def n_tokens(self) -> int:
-        """Target tokens the loss is computed on (padding excluded)."""
-        return int((self.tgt_out != PAD).sum())
+    n_tokens: int
 
     def to(self, device: torch.device | str) -> Batch:
-        return Batch(
-            *(
-                t.to(device, non_blocking=True)
-                for t in (self.src, self.tgt_in, self.tgt_out)
-            )
+        src, tgt_in, tgt_out = (
+            t.to(device, non_blocking=True)
+            for t in (self.src, self.tgt_in, self.tgt_out)
         )
+        return Batch(src, tgt_in, tgt_out, self.n_tokens)
+
+    def pin_memory(self) -> Batch:
+        """A copy in page-locked memory, from which copies to a GPU run asynchronously."""
+        src, tgt_in, tgt_out = (
+            t.pin_memory() for t in (self.src, self.tgt_in, self.tgt_out)
+        )
+        return Batch(src, tgt_in, tgt_out, self.n_tokens)
 
 
 def _pad(sequences: Sequence[list[int]]) -> Tensor:
-    out = torch.full(
-        (len(sequences), max(len(s) for s in sequences)), PAD, dtype=torch.long
-    )
+    out = torch.full((len(sequences), max(len(s) for s in sequences)), PAD)
     for row, sequence in enumerate(sequences):
         out[row, : len(sequence)] = torch.tensor(sequence, dtype=torch.long)
     return out
 
 
 def collate(pairs: Sequence[tuple[list[int], list[int]]]) -> Batch:
-    """Token-id pairs (without special tokens) -> a padded Batch."""
+    """Token-id pairs (without special tokens) -> a padded Batch, one sentence at a time."""
     return Batch(
         src=_pad([s + [EOS] for s, _ in pairs]),
         tgt_in=_pad([[BOS] + t for _, t in pairs]),
         tgt_out=_pad([t + [EOS] for _, t in pairs]),
+        n_tokens=sum(len(t) + 1 for _, t in pairs),
     )
 
 
@@ -304,4 +365,363 @@ def pair_lengths(pairs: Sequence[tuple[list[int], list[int]]]) -> list[tuple[int
     return [(len(s) + 1, len(t) + 1) for s, t in pairs]
 
 
-__all__ = ['ParallelCorpus', 'number_corpus', 'read_parallel_files', 'load_hub_dataset', 'load_corpus', 'train_tokenizer', 'encode_pairs', 'TokenBatchSampler', 'Batch', 'collate', 'pair_lengths']
+@dataclass
+class TokenizedSplit:
+    """The token ids of a split's pairs (special tokens not stored), as flat arrays.
+
+    Pair i's source is src_ids[src_offsets[i] : src_offsets[i + 1]], its target likewise;
+    the id arrays may be memory-mapped files.
+    """
+
+    src_ids: np.ndarray
+    src_offsets: np.ndarray  # int64, len(self) + 1 entries
+    tgt_ids: np.ndarray
+    tgt_offsets: np.ndarray
+
+    @classmethod
+    def from_pairs(cls, pairs: Sequence[tuple[list[int], list[int]]]) -> TokenizedSplit:
+        sides = []
+        for side in (0, 1):
+            sentences = [pair[side] for pair in pairs]
+            lengths = np.array([len(s) for s in sentences], dtype=np.int64)
+            offsets = np.concatenate([[0], np.cumsum(lengths)])
+            sides += [
+                np.array([i for s in sentences for i in s], dtype=np.int64),
+                offsets,
+            ]
+        return cls(*sides)
+
+    def __len__(self) -> int:
+        return len(self.src_offsets) - 1
+
+    def lengths(self) -> np.ndarray:
+        """(n, 2): source and target lengths with their special tokens (<eos>, <bos>)."""
+        return np.stack([np.diff(self.src_offsets), np.diff(self.tgt_offsets)], 1) + 1
+
+    def batch(self, indices: np.ndarray, pad_multiple: int = 1) -> Batch:
+        """The pairs `indices` as a Batch, lengths padded up to a multiple of pad_multiple."""
+        indices = np.asarray(indices, dtype=np.int64)
+        src, src_len = _gather(self.src_ids, self.src_offsets, indices, 0, pad_multiple)
+        tgt_out, tgt_len = _gather(
+            self.tgt_ids, self.tgt_offsets, indices, 0, pad_multiple
+        )
+        tgt_in, _ = _gather(self.tgt_ids, self.tgt_offsets, indices, 1, pad_multiple)
+        rows = np.arange(len(indices))
+        src[rows, src_len], tgt_out[rows, tgt_len], tgt_in[:, 0] = EOS, EOS, BOS
+        tensors = (torch.from_numpy(a) for a in (src, tgt_in, tgt_out))
+        return Batch(*tensors, n_tokens=int(tgt_len.sum()) + len(indices))
+
+
+def _gather(
+    ids, offsets, indices, shift, pad_multiple
+) -> tuple[np.ndarray, np.ndarray]:
+    """Rows of `ids` for `indices`, placed from column `shift` in a PAD-filled array with one
+    free column for the special token; returns the array and the row lengths."""
+    starts, lengths = offsets[indices], offsets[indices + 1] - offsets[indices]
+    width = _round_up(int(lengths.max(initial=0)) + 1, pad_multiple)
+    out = np.full((len(indices), width), PAD, dtype=np.int64)
+    row = np.repeat(np.arange(len(indices)), lengths)
+    column = np.arange(lengths.sum()) - np.repeat(np.cumsum(lengths) - lengths, lengths)
+    out[row, column + shift] = ids[np.repeat(starts, lengths) + column]
+    return out, lengths
+
+
+DATA_FORMAT = "transformer-data-v1"
+ChunkReader = Callable[[], Iterator[tuple[list[str], list[str]]]]
+
+
+def default_cache_dir() -> Path:
+    """$TRANSFORMER_CACHE, else $XDG_CACHE_HOME/transformer, else ~/.cache/transformer."""
+    if "TRANSFORMER_CACHE" in os.environ:
+        return Path(os.environ["TRANSFORMER_CACHE"])
+    return (
+        Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache")) / "transformer"
+    )
+
+
+def _sha256(*parts: str) -> str:
+    return hashlib.sha256("\0".join(parts).encode()).hexdigest()
+
+
+def _file_sha256(path: Path) -> str:
+    with open(path, "rb") as file:
+        return hashlib.file_digest(file, "sha256").hexdigest()
+
+
+def _in_chunks(pairs: Sequence[tuple[str, str]], size: int = 100_000) -> ChunkReader:
+    def read() -> Iterator[tuple[list[str], list[str]]]:
+        for start in range(0, len(pairs), size):
+            chunk = pairs[start : start + size]
+            yield [src for src, _ in chunk], [tgt for _, tgt in chunk]
+
+    return read
+
+
+def corpus_splits(
+    data: str, src_lang: str = "en", tgt_lang: str = "de"
+) -> dict[str, tuple[str, ChunkReader]]:
+    """Each split's (fingerprint, reader of its (sources, targets) chunks); see load_corpus."""
+    if data == "numbers":  # generated at most once, and only when a split is read
+        generate = functools.cache(number_corpus)
+        version = importlib.metadata.version("num2words")
+        return {
+            split: (
+                _sha256("numbers", version, split),
+                lambda split=split: _in_chunks(generate().splits[split])(),
+            )
+            for split in ("train", "val", "test")
+        }
+    if data.startswith("hub:"):
+        name, _, config = data[len("hub:") :].partition(":")
+        return {
+            split: (
+                _sha256("hub", rows._fingerprint, src_lang, tgt_lang),
+                lambda rows=rows: hub_pair_chunks(rows, src_lang, tgt_lang),
+            )
+            for split, rows in hub_splits(name, config or None).items()
+        }
+    return {
+        split: (
+            _sha256("files", *map(_file_sha256, paths)),
+            lambda paths=paths: read_pair_chunks(*paths),
+        )
+        for split, paths in parallel_files(data, src_lang, tgt_lang).items()
+    }
+
+
+def _id_dtype(vocab_size: int) -> np.dtype:
+    return np.dtype(np.uint16 if vocab_size <= 2**16 else np.int32)
+
+
+def _write_split(
+    folder: Path, split: str, read: ChunkReader, tokenizer: Tokenizer
+) -> dict:
+    dtype, lengths = _id_dtype(tokenizer.get_vocab_size()), {"src": [], "tgt": []}
+    with (
+        open(folder / f"{split}.src.ids", "wb") as src,
+        open(folder / f"{split}.tgt.ids", "wb") as tgt,
+    ):
+        for chunk in read():
+            for side, texts, file in (("src", chunk[0], src), ("tgt", chunk[1], tgt)):
+                encoded = [
+                    e.ids
+                    for e in tokenizer.encode_batch_fast(
+                        texts, add_special_tokens=False
+                    )
+                ]
+                lengths[side].append(
+                    np.array([len(ids) for ids in encoded], dtype=np.int64)
+                )
+                flat = itertools.chain.from_iterable(encoded)
+                np.fromiter(flat, dtype, count=int(lengths[side][-1].sum())).tofile(
+                    file
+                )
+    for side in ("src", "tgt"):
+        offsets = np.concatenate([[0], np.cumsum(np.concatenate(lengths[side]))])
+        offsets.astype(np.int64).tofile(folder / f"{split}.{side}.offsets")
+    names = [
+        f"{split}.{side}.{kind}"
+        for side in ("src", "tgt")
+        for kind in ("ids", "offsets")
+    ]
+    return {
+        "pairs": len(offsets) - 1,
+        "sha256": {n: _file_sha256(folder / n) for n in names},
+    }
+
+
+def _read_split(folder: Path, split: str, meta: dict) -> TokenizedSplit:
+    """The split's arrays (ids memory-mapped), or ValueError saying what is wrong with them."""
+    for name, digest in meta["sha256"].items():
+        if not (folder / name).is_file() or _file_sha256(folder / name) != digest:
+            raise ValueError(f"{name} is missing or does not match its checksum")
+    arrays = []
+    for side in ("src", "tgt"):
+        offsets = np.fromfile(folder / f"{split}.{side}.offsets", dtype=np.int64)
+        ids = np.memmap(folder / f"{split}.{side}.ids", dtype=meta["dtype"], mode="r")
+        ok = (
+            len(offsets) == meta["pairs"] + 1
+            and offsets[0] == 0
+            and offsets[-1] == len(ids)
+        )
+        if not ok or (np.diff(offsets) < 0).any():
+            raise ValueError(f"the offsets of {split}.{side} do not index its ids")
+        if len(ids) and int(ids.max()) >= meta["vocab_size"]:
+            raise ValueError(
+                f"{split}.{side} holds ids beyond the vocabulary of {meta['vocab_size']}"
+            )
+        arrays += [ids, offsets]
+    return TokenizedSplit(*arrays)
+
+
+@dataclass
+class PreparedData:
+    """A tokenizer, the training and validation splits as arrays, and the test pairs as text."""
+
+    tokenizer: Tokenizer
+    train: TokenizedSplit
+    valid: TokenizedSplit | None
+    folder: Path  # the cache folder holding the arrays
+    read_test: ChunkReader | None = None
+
+    @functools.cached_property
+    def test(self) -> list[tuple[str, str]]:
+        """The test split's (source, target) pairs, read when first asked for."""
+        chunks = self.read_test() if self.read_test is not None else []
+        return [pair for src, tgt in chunks for pair in zip(src, tgt)]
+
+
+def _cached_tokenizer(
+    cache: Path, train: tuple[str, ChunkReader], vocab_size: int
+) -> Tokenizer:
+    path = cache / "tokenizers" / f"{_sha256(train[0], str(vocab_size), 'bpe-v1')}.json"
+    if path.is_file():
+        with contextlib.suppress(Exception):  # unreadable: train it again
+            return Tokenizer.from_file(str(path))
+    texts = (text for src, tgt in train[1]() for text in itertools.chain(src, tgt))
+    tokenizer = train_tokenizer(texts, vocab_size)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    temporary = path.with_name(f"{path.name}.{os.getpid()}.tmp")
+    tokenizer.save(str(temporary))
+    os.replace(temporary, path)
+    return tokenizer
+
+
+def _read_cache(folder: Path) -> dict[str, TokenizedSplit]:
+    meta = json.loads((folder / "meta.json").read_text())
+    if meta.get("format") != DATA_FORMAT:
+        raise ValueError(f"format {meta.get('format')!r}, expected {DATA_FORMAT!r}")
+    return {s: _read_split(folder, s, {**meta, **meta[s]}) for s in meta["splits"]}
+
+
+def _load_or_build(
+    folder: Path, splits: dict, tokenizer: Tokenizer
+) -> dict[str, TokenizedSplit]:
+    if (folder / "meta.json").is_file():
+        try:
+            return _read_cache(folder)
+        except (ValueError, KeyError, TypeError, OSError) as error:
+            warnings.warn(f"rebuilding the data cache {folder}: {error}")
+    folder.parent.mkdir(parents=True, exist_ok=True)
+    building = Path(tempfile.mkdtemp(prefix=f"{folder.name}.", dir=folder.parent))
+    try:
+        vocab_size = tokenizer.get_vocab_size()
+        meta = {
+            "format": DATA_FORMAT,
+            "vocab_size": vocab_size,
+            "dtype": _id_dtype(vocab_size).name,
+            "splits": sorted(splits),
+        }
+        for split, read in splits.items():
+            meta[split] = _write_split(building, split, read, tokenizer)
+        (building / "meta.json").write_text(json.dumps(meta, indent=1))
+        shutil.rmtree(folder, ignore_errors=True)
+        with contextlib.suppress(OSError):  # another run finished the same cache first
+            os.replace(building, folder)
+    finally:
+        shutil.rmtree(building, ignore_errors=True)
+    return _read_cache(folder)
+
+
+@contextlib.contextmanager
+def _rank_zero_first() -> Iterator[None]:
+    """Under torch.distributed, rank 0 runs the block first and the other ranks after it."""
+    distributed = dist.is_available() and dist.is_initialized()
+    if distributed and dist.get_rank() != 0:
+        dist.barrier()
+    yield
+    if distributed and dist.get_rank() == 0:
+        dist.barrier()
+
+
+def prepare_data(
+    data: str = "numbers",
+    src_lang: str = "en",
+    tgt_lang: str = "de",
+    vocab_size: int = 8000,
+    tokenizer: Tokenizer | None = None,
+    cache_dir: str | Path | None = None,
+) -> PreparedData:
+    """Tokenize a corpus (see load_corpus) once and cache it; see PreparedData."""
+    splits = corpus_splits(data, src_lang, tgt_lang)
+    cache = Path(cache_dir) if cache_dir is not None else default_cache_dir()
+    with _rank_zero_first():
+        if tokenizer is None:
+            tokenizer = _cached_tokenizer(cache, splits["train"], vocab_size)
+        kept = {s: splits[s] for s in ("train", "val") if s in splits}
+        key = _sha256(
+            *(f"{s}:{fingerprint}" for s, (fingerprint, _) in kept.items()),
+            tokenizer.to_str(),
+        )
+        folder = cache / "data" / key[:32]
+        arrays = _load_or_build(
+            folder, {s: read for s, (_, read) in kept.items()}, tokenizer
+        )
+    test = splits["test"][1] if "test" in splits else None
+    return PreparedData(tokenizer, arrays["train"], arrays.get("val"), folder, test)
+
+
+class BatchStream:
+    """Endless (batch, epoch, next index) from a sampler's epochs, starting at (epoch, index).
+
+    prefetch: batches prepared ahead by a background thread (0: none); pin_memory: pin them
+    for asynchronous copies to a GPU.
+    """
+
+    def __init__(
+        self,
+        split: TokenizedSplit,
+        sampler: TokenBatchSampler,
+        epoch: int = 0,
+        index: int = 0,
+        pad_multiple: int = 1,
+        prefetch: int = 4,
+        pin_memory: bool = False,
+    ):
+        self.split, self.sampler, self.epoch, self.index = split, sampler, epoch, index
+        self.pad_multiple, self.prefetch, self.pin = pad_multiple, prefetch, pin_memory
+
+    def _generate(self) -> Iterator[tuple[Batch, int, int]]:
+        epoch, index = self.epoch, self.index
+        while True:
+            plan = self.sampler.epoch(epoch)  # planned once per epoch
+            for i in range(index, len(plan)):
+                batch = self.split.batch(plan[i], self.pad_multiple)
+                yield (batch.pin_memory() if self.pin else batch), epoch, i + 1
+            epoch, index = epoch + 1, 0
+
+    def __iter__(self) -> Iterator[tuple[Batch, int, int]]:
+        if self.prefetch == 0:
+            yield from self._generate()
+            return
+        ready, stop = queue.Queue(self.prefetch), threading.Event()
+
+        def hand_over(item: object) -> bool:  # False once the consumer has stopped
+            while not stop.is_set():
+                with contextlib.suppress(queue.Full):
+                    ready.put(item, timeout=0.1)
+                    return True
+            return False
+
+        def produce() -> None:
+            try:
+                for item in self._generate():
+                    if not hand_over(item):
+                        return
+            except Exception as error:  # raised in the consumer
+                hand_over(error)
+
+        thread = threading.Thread(target=produce, daemon=True, name="batch-prefetch")
+        thread.start()
+        try:
+            while True:
+                item = ready.get()
+                if isinstance(item, Exception):
+                    raise item
+                yield item
+        finally:
+            stop.set()
+            thread.join()
+
+
+__all__ = ['ParallelCorpus', 'number_corpus', 'parallel_files', 'read_pair_chunks', 'read_parallel_files', 'hub_splits', 'hub_pair_chunks', 'load_hub_dataset', 'load_corpus', 'train_tokenizer', 'encode_pairs', 'TokenBatchSampler', 'Batch', 'collate', 'pair_lengths', 'TokenizedSplit', 'default_cache_dir', 'corpus_splits', 'PreparedData', 'prepare_data', 'BatchStream']
