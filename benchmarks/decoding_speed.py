@@ -54,8 +54,8 @@ class TorchGreedy(nn.Module):
     @staticmethod
     def _copy(ours, theirs, our_attention, their_attention):
         for a, b in zip(our_attention, their_attention):
-            b.in_proj_weight.copy_(torch.cat([a.w_q.weight, a.w_k.weight, a.w_v.weight]))
-            b.in_proj_bias.copy_(torch.cat([a.w_q.bias, a.w_k.bias, a.w_v.bias]))
+            b.in_proj_weight.copy_(a.w_qkv.weight)  # W^Q, W^K, W^V stacked as in_proj
+            b.in_proj_bias.copy_(a.w_qkv.bias)
             b.out_proj.weight.copy_(a.w_o.weight)
             b.out_proj.bias.copy_(a.w_o.bias)
         for a, b in ((ours.feed_forward.w_1, theirs.linear1), (ours.feed_forward.w_2, theirs.linear2)):

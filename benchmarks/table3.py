@@ -54,12 +54,12 @@ def run(model_overrides: dict, training_overrides: dict, steps: int) -> dict:
     torch.manual_seed(seed)
     config = TrainingConfig(**{**TRAINING, "max_steps": steps, "eval_every": steps, **training_overrides})
     with tempfile.TemporaryDirectory() as out:
-        trainer = Trainer(TransformerConfig(**{**BASE, **model_overrides}), config, out)
+        trainer = Trainer.from_config(TransformerConfig(**{**BASE, **model_overrides}), config, out)
         result = trainer.fit(progress=False)
         return {
             "parameters": sum(p.numel() for p in trainer.model.parameters()),
             "val_ppl": result["val_ppl"],
-            "exact_match": trainer.exact_match("test"),
+            "exact_match": trainer.exact_match(),
         }
 
 

@@ -1,5 +1,7 @@
 """Shared fixtures; GPU-marked tests are skipped without CUDA."""
 
+import os
+
 import pytest
 import torch
 
@@ -11,6 +13,12 @@ def pytest_collection_modifyitems(config, items):
     for item in items:
         if "gpu" in item.keywords:
             item.add_marker(skip)
+
+
+@pytest.fixture(autouse=True, scope="session")
+def data_cache(tmp_path_factory):
+    """Prepared corpora go to a folder of the test session, not the user's cache."""
+    os.environ["TRANSFORMER_CACHE"] = str(tmp_path_factory.mktemp("transformer-cache"))
 
 
 @pytest.fixture

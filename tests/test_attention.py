@@ -34,8 +34,8 @@ def test_masks_follow_the_true_means_attend_convention():
 
 def _load_into_torch(ours: MultiHeadAttention, theirs: torch.nn.MultiheadAttention) -> None:
     with torch.no_grad():
-        theirs.in_proj_weight.copy_(torch.cat([ours.w_q.weight, ours.w_k.weight, ours.w_v.weight]))
-        theirs.in_proj_bias.copy_(torch.cat([ours.w_q.bias, ours.w_k.bias, ours.w_v.bias]))
+        theirs.in_proj_weight.copy_(ours.w_qkv.weight)  # W^Q, W^K, W^V stacked, in this order
+        theirs.in_proj_bias.copy_(ours.w_qkv.bias)
         theirs.out_proj.weight.copy_(ours.w_o.weight)
         theirs.out_proj.bias.copy_(ours.w_o.bias)
 
@@ -97,7 +97,7 @@ def test_static_cache_projects_memory_once_and_reorders():
 
 def test_d_k_and_d_v_can_differ_from_d_model_over_h():
     layer = MultiHeadAttention(32, 4, d_k=4, d_v=16)
-    assert layer.w_q.out_features == 16 and layer.w_v.out_features == 64 and layer.w_o.in_features == 64
+    assert layer.sizes == [16, 16, 64] and layer.w_qkv.out_features == 96 and layer.w_o.in_features == 64
     assert layer(torch.randn(2, 3, 32), torch.randn(2, 5, 32), torch.randn(2, 5, 32))[0].shape == (2, 3, 32)
 
 

@@ -49,8 +49,8 @@ def test_the_first_encoder_layer_weights_are_the_explicit_formula():
     if model.config.norm_first:
         x = model.encoder.layers[0].sublayers[0].norm(x)
     split = lambda t: t.view(1, 6, 4, 8).transpose(1, 2)  # noqa: E731
-    _, expected = scaled_dot_product_attention(split(attention.w_q(x)), split(attention.w_k(x)),
-                                               split(attention.w_v(x)), padding_mask(src, PAD))
+    q, k, v = (x @ w.T + b for w, b in zip(attention.w_qkv.weight.split(32), attention.w_qkv.bias.split(32)))
+    _, expected = scaled_dot_product_attention(split(q), split(k), split(v), padding_mask(src, PAD))
     torch.testing.assert_close(weights["encoder.0.self"], expected)
 
 

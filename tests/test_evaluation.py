@@ -14,6 +14,7 @@ from transformer import (
     evaluate,
     exact_match,
     last_checkpoints,
+    load_corpus,
     load_model,
     save_checkpoint,
 )
@@ -26,7 +27,7 @@ def _run(corpus, out, steps=4, **overrides):
                     precision="fp32", device="cpu", eval_every=1000, checkpoint_every=1,
                     checkpoint_minutes=1e9, keep_checkpoints=10)
     config = TrainingConfig(**{**settings, **overrides})
-    trainer = Trainer(TINY, config, out)
+    trainer = Trainer.from_config(TINY, config, out)
     trainer.fit(progress=False)
     return trainer
 
@@ -95,8 +96,8 @@ def test_averaging_refuses_checkpoints_of_different_runs(tiny_corpus, tmp_path):
 
 def test_evaluate_scores_the_translations_it_returns(tiny_corpus, tmp_path):
     trainer = _run(tiny_corpus, tmp_path / "run", steps=2)
-    pairs = trainer.corpus.splits["val"]
-    scores, hypotheses = evaluate(trainer.model, trainer.tokenizer, pairs, beam_size=2)
+    pairs = load_corpus(str(tiny_corpus)).splits["val"]
+    scores, hypotheses = evaluate(trainer.model, trainer.data.tokenizer, pairs, beam_size=2)
     references = [r for _, r in pairs]
     assert len(hypotheses) == scores.sentences == len(pairs)
     assert scores.bleu == corpus_bleu(hypotheses, references)[0]
@@ -104,4 +105,4 @@ def test_evaluate_scores_the_translations_it_returns(tiny_corpus, tmp_path):
     assert scores.chrf == corpus_chrf(hypotheses, references)
     assert "BLEU" in str(scores) and scores.signature in str(scores)
     with pytest.raises(ValueError, match="at least one"):
-        evaluate(trainer.model, trainer.tokenizer, [])
+        evaluate(trainer.model, trainer.data.tokenizer, [])

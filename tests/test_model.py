@@ -14,8 +14,8 @@ def seed():
 
 
 def _copy_attention(ours, theirs):
-    theirs.in_proj_weight.copy_(torch.cat([ours.w_q.weight, ours.w_k.weight, ours.w_v.weight]))
-    theirs.in_proj_bias.copy_(torch.cat([ours.w_q.bias, ours.w_k.bias, ours.w_v.bias]))
+    theirs.in_proj_weight.copy_(ours.w_qkv.weight)
+    theirs.in_proj_bias.copy_(ours.w_qkv.bias)
     theirs.out_proj.weight.copy_(ours.w_o.weight)
     theirs.out_proj.bias.copy_(ours.w_o.bias)
 

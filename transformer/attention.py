@@ -130,10 +130,28 @@ class MultiHeadAttention(nn.Module):
         self.d_k = d_model // n_heads if d_k is None else d_k
         self.d_v = d_model // n_heads if d_v is None else d_v
         self.dropout = dropout
-        self.w_q = nn.Linear(d_model, n_heads * self.d_k, bias=bias)
-        self.w_k = nn.Linear(d_model, n_heads * self.d_k, bias=bias)
-        self.w_v = nn.Linear(d_model, n_heads * self.d_v, bias=bias)
+        # W^Q, W^K and W^V stacked: rows [0, h d_k), [h d_k, 2 h d_k), [2 h d_k, 2 h d_k + h d_v)
+        self.sizes = [n_heads * self.d_k, n_heads * self.d_k, n_heads * self.d_v]
+        self.w_qkv = nn.Linear(d_model, sum(self.sizes), bias=bias)
         self.w_o = nn.Linear(n_heads * self.d_v, d_model, bias=bias)
+        self.reset_parameters()
+
+    def reset_parameters(self) -> None:
+        """Xavier-uniform W^Q, W^K, W^V (each on its own) and W^O; zero biases."""
+        for block in self.w_qkv.weight.split(self.sizes):
+            nn.init.xavier_uniform_(block)
+        nn.init.xavier_uniform_(self.w_o.weight)
+        for linear in (self.w_qkv, self.w_o):
+            if linear.bias is not None:
+                nn.init.zeros_(linear.bias)
+
+    def _project(self, x: Tensor, first: int, last: int) -> Tensor:
+        """x times the stacked blocks first..last of (W^Q, W^K, W^V), in one matrix product."""
+        start, stop = sum(self.sizes[:first]), sum(self.sizes[: last + 1])
+        bias = self.w_qkv.bias
+        return F.linear(
+            x, self.w_qkv.weight[start:stop], None if bias is None else bias[start:stop]
+        )
 
     def _split_heads(self, x: Tensor, d: int) -> Tensor:
         batch, n, _ = x.shape
@@ -185,18 +203,27 @@ class MultiHeadAttention(nn.Module):
         """
         self._check_inputs(query, key, value)
         batch, n_q, _ = query.shape
-        q = self._split_heads(self.w_q(query), self.d_k)  # (batch, h, n_q, d_k)
         if cache is not None and cache.static and cache.key is not None:
-            k, v = cache.key, cache.value
+            q, (k, v) = self._project(query, 0, 0), (cache.key, cache.value)
         else:
-            k = self._split_heads(self.w_k(key), self.d_k)  # (batch, h, n_k, d_k)
-            v = self._split_heads(self.w_v(value), self.d_v)  # (batch, h, n_k, d_v)
+            if query is key and key is value:  # self-attention: one product
+                q, k, v = self._project(query, 0, 2).split(self.sizes, -1)
+            elif key is value:  # encoder-decoder attention: one product for K and V
+                q = self._project(query, 0, 0)
+                k, v = self._project(key, 1, 2).split(self.sizes[1:], -1)
+            else:
+                q, k, v = (
+                    self._project(x, i, i) for i, x in enumerate((query, key, value))
+                )
+            k = self._split_heads(k, self.d_k)  # (batch, h, n_k, d_k)
+            v = self._split_heads(v, self.d_v)  # (batch, h, n_k, d_v)
             if cache is not None:
                 if cache.key is not None:
                     k, v = torch.cat([cache.key, k], dim=2), torch.cat(
                         [cache.value, v], dim=2
                     )
                 cache.key, cache.value = k, v
+        q = self._split_heads(q, self.d_k)  # (batch, h, n_q, d_k)
         n_k = k.size(2)
         if mask is not None:
             self._check_mask(mask, n_q, n_k, batch)

@@ -44,7 +44,12 @@ PRESETS: dict[str, tuple[dict, dict]] = {
     "base": ({}, {"vocab_size": 37000, "max_tokens": 25000, "warmup_steps": 4000}),
     "big": (
         {"d_model": 1024, "d_ff": 4096, "n_heads": 16, "dropout": 0.3},
-        {"vocab_size": 37000, "max_tokens": 25000, "warmup_steps": 4000},
+        {
+            "vocab_size": 37000,
+            "max_tokens": 25000,
+            "warmup_steps": 4000,
+            "keep_checkpoints": 20,  # the paper averages the last 20 of the big model
+        },
     ),
 }
 
@@ -88,7 +93,8 @@ def _add_train(commands: argparse._SubParsersAction) -> None:
     run.add_argument(
         "--max-tokens",
         type=int,
-        help="tokens per batch and side, per process (paper: 25000)",
+        help="tokens per update and side, over all processes and accumulated batches "
+        "(paper: 25000)",
     )
     run.add_argument(
         "--accumulate", type=int, help="batches per update (gradient accumulation)"
@@ -106,9 +112,16 @@ def _add_train(commands: argparse._SubParsersAction) -> None:
         help="autocast precision (default: auto)",
     )
     run.add_argument(
-        "--compile", action="store_true", default=None, help="use torch.compile"
+        "--compile",
+        action=argparse.BooleanOptionalAction,
+        help="torch.compile the step (default: on CUDA only)",
     )
     run.add_argument("--device", help="auto (default), cpu, cuda, cuda:1, mps")
+    data.add_argument(
+        "--cache-dir",
+        help="where tokenized corpora are kept (default: $TRANSFORMER_CACHE, else "
+        "~/.cache/transformer)",
+    )
     run.add_argument("--seed", type=int)
     run.add_argument("--eval-every", type=int, help="validate every N steps")
     run.add_argument(
@@ -154,13 +167,15 @@ def _train(args: argparse.Namespace) -> int:
                 "error: say when to stop: --max-steps N and/or --max-minutes M"
             )
         config = TrainingConfig(**{**training_defaults, **given})
-        trainer = Trainer(TransformerConfig(**model_overrides), config, args.out)
+        trainer = Trainer.from_config(
+            TransformerConfig(**model_overrides), config, args.out
+        )
     if trainer.rank == 0:
         n_parameters = sum(p.numel() for p in trainer.model.parameters())
         print(
             f"training {n_parameters / 1e6:.1f}M parameters on {trainer.device} ({trainer.world_size} process(es), "
-            f"{str(trainer.dtype or 'fp32').removeprefix('torch.')}), {len(trainer.train_pairs):,} pairs, "
-            f"vocabulary {trainer.tokenizer.get_vocab_size():,}",
+            f"{str(trainer.dtype or 'fp32').removeprefix('torch.')}), {len(trainer.data.train):,} pairs, "
+            f"vocabulary {trainer.data.tokenizer.get_vocab_size():,}",
             flush=True,
         )
     try:
@@ -172,9 +187,7 @@ def _train(args: argparse.Namespace) -> int:
         if "val_loss" in result:
             summary += f"; validation loss {result['val_loss']:.3f}, perplexity {result['val_ppl']:.2f}"
         if trainer.config.data == "numbers":
-            summary += (
-                f"; exact match on the test split {trainer.exact_match('test'):.1%}"
-            )
+            summary += f"; exact match on the test split {trainer.exact_match():.1%}"
         print(f"{summary}; checkpoints in {trainer.out}")
     return 0
 

@@ -39,8 +39,9 @@ class Embeddings(nn.Module):
         self.embedding = nn.Embedding(vocab_size, d_model)
         nn.init.normal_(self.embedding.weight, std=d_model**-0.5)
 
-    def forward(self, tokens: Tensor) -> Tensor:
-        check_token_ids(tokens, self.vocab_size)
+    def forward(self, tokens: Tensor, check_ids: bool = True) -> Tensor:
+        if check_ids:  # False where the ids were checked before (a prepared corpus)
+            check_token_ids(tokens, self.vocab_size)
         return self.embedding(tokens) * math.sqrt(self.d_model)
 
 

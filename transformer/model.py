@@ -321,11 +321,15 @@ class Transformer(nn.Module):
         self.dropout = nn.Dropout(config.dropout)
         self.encoder = Encoder(config)
         self.decoder = Decoder(config)
-        for module in [*self.encoder.modules(), *self.decoder.modules()]:
+        stacks = [*self.encoder.modules(), *self.decoder.modules()]
+        for module in stacks:
             if isinstance(module, nn.Linear):
                 nn.init.xavier_uniform_(module.weight)
                 if module.bias is not None:
                     nn.init.zeros_(module.bias)
+        for module in stacks:  # W^Q, W^K and W^V Xavier-initialized each on its own
+            if isinstance(module, MultiHeadAttention):
+                module.reset_parameters()
         self.output = OutputProjection(
             config.d_model,
             config.tgt_vocab_size,
@@ -334,7 +338,7 @@ class Transformer(nn.Module):
         if not config.tie_output:
             nn.init.normal_(self.output.linear.weight, std=config.d_model**-0.5)
 
-    def _check_ids(self, tokens: Tensor, name: str, vocab_size: int) -> None:
+    def _check_ids(self, tokens: Tensor, name: str, check_range: bool) -> None:
         if tokens.dim() != 2:
             raise ValueError(
                 f"{name} must be token ids of shape (batch, length); "
@@ -344,12 +348,21 @@ class Transformer(nn.Module):
             raise ValueError(
                 f"{name} must hold at least one token; got shape {tuple(tokens.shape)}"
             )
-        check_token_ids(tokens, vocab_size, name)
+        if check_range:
+            vocab_size = (
+                self.config.src_vocab_size
+                if name == "src"
+                else self.config.tgt_vocab_size
+            )
+            check_token_ids(tokens, vocab_size, name)
 
-    def encode(self, src: Tensor) -> Tensor:
-        """Source ids (batch, n) -> encoder output `memory` (batch, n, d_model)."""
-        self._check_ids(src, "src", self.config.src_vocab_size)
-        x = self.dropout(self.src_positions(self.src_embed(src)))
+    def encode(self, src: Tensor, check_ids: bool = True) -> Tensor:
+        """Source ids (batch, n) -> encoder output `memory` (batch, n, d_model).
+
+        check_ids=False skips the range check of the ids (see Embeddings).
+        """
+        self._check_ids(src, "src", check_ids)
+        x = self.dropout(self.src_positions(self.src_embed(src, check_ids=False)))
         return self.encoder(x, padding_mask(src, self.config.pad_id))
 
     def decode(
@@ -358,13 +371,14 @@ class Transformer(nn.Module):
         memory: Tensor,
         memory_mask: Tensor | None = None,
         cache: list[tuple[KeyValueCache, KeyValueCache]] | None = None,
+        check_ids: bool = True,
     ) -> Tensor:
         """Target ids (batch, m), memory (batch, n, d_model) -> logits (batch, m, tgt_vocab).
 
         memory_mask is padding_mask(src, pad_id), (batch, 1, 1, n). With a cache from
         new_cache(), tgt holds only the tokens after those already decoded.
         """
-        self._check_ids(tgt, "tgt", self.config.tgt_vocab_size)
+        self._check_ids(tgt, "tgt", check_ids)
         if (
             memory.dim() != 3
             or memory.size(0) != tgt.size(0)
@@ -375,16 +389,19 @@ class Transformer(nn.Module):
                 f"d_model={self.config.d_model}); got {tuple(memory.shape)}"
             )
         start = 0 if cache is None else len(cache[0][0])
-        x = self.dropout(self.tgt_positions(self.tgt_embed(tgt), start=start))
+        x = self.tgt_embed(tgt, check_ids=False)
+        x = self.dropout(self.tgt_positions(x, start=start))
         return self.output(self.decoder(x, memory, memory_mask, cache))
 
-    def forward(self, src: Tensor, tgt: Tensor) -> Tensor:
+    def forward(self, src: Tensor, tgt: Tensor, check_ids: bool = True) -> Tensor:
         """Source ids (batch, n), shifted target ids (batch, m) -> logits (batch, m, tgt_vocab)."""
         if src.dim() == 2 and tgt.dim() == 2 and src.size(0) != tgt.size(0):
             raise ValueError(
                 f"src and tgt must have the same batch size; got {src.size(0)} and {tgt.size(0)}"
             )
-        return self.decode(tgt, self.encode(src), padding_mask(src, self.config.pad_id))
+        memory = self.encode(src, check_ids)
+        mask = padding_mask(src, self.config.pad_id)
+        return self.decode(tgt, memory, mask, check_ids=check_ids)
 
     def new_cache(self) -> list[tuple[KeyValueCache, KeyValueCache]]:
         """Empty key/value caches for incremental decoding: (self, cross) for each decoder layer."""

@@ -9,6 +9,7 @@ import json
 import math
 import os
 import time
+from collections.abc import Iterator
 from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 
@@ -22,12 +23,11 @@ from tqdm import tqdm
 from transformer.data import (
     PAD,
     Batch,
+    BatchStream,
+    PreparedData,
     TokenBatchSampler,
-    collate,
-    encode_pairs,
-    load_corpus,
-    pair_lengths,
-    train_tokenizer,
+    TokenizedSplit,
+    prepare_data,
 )
 from transformer.decoding import translate
 from transformer.model import Transformer, TransformerConfig
@@ -46,8 +46,11 @@ def make_optimizer(
     model: nn.Module, d_model: int, warmup_steps: int = 4000, scale: float = 1.0
 ) -> tuple[torch.optim.Adam, torch.optim.lr_scheduler.LambdaLR]:
     """Adam(0.9, 0.98, 1e-9) and the schedule above; call scheduler.step() after each update."""
+    on_cuda = next(
+        model.parameters()
+    ).is_cuda  # then one fused kernel for all parameters
     optimizer = torch.optim.Adam(
-        model.parameters(), lr=1.0, betas=(0.9, 0.98), eps=1e-9
+        model.parameters(), lr=1.0, betas=(0.9, 0.98), eps=1e-9, fused=on_cuda or None
     )
     schedule = torch.optim.lr_scheduler.LambdaLR(
         optimizer, lambda done: learning_rate(done + 1, d_model, warmup_steps, scale)
@@ -162,7 +165,15 @@ def autocast_dtype(precision: str, device: torch.device) -> torch.dtype | None:
 
 @dataclass
 class TrainingConfig:
-    """Settings of a training run. max_tokens is per batch and per side (source, target), per process."""
+    """Settings of a training run.
+
+    max_tokens: tokens per side (source, target) of one update, over all processes and
+    accumulation steps (the paper: 25000); a batch of one process holds
+    max_tokens // (processes * accumulate). compile=None compiles on CUDA only;
+    pad_multiple=None pads lengths to a multiple of 8 when compiling, else not at all.
+    prefetch: batches prepared ahead by a background thread. cache_dir: where prepared
+    corpora are kept (None: see default_cache_dir).
+    """
 
     data: str = "numbers"
     src_lang: str = "en"
@@ -176,7 +187,9 @@ class TrainingConfig:
     lr_scale: float = 1.0
     label_smoothing: float = 0.1
     precision: str = "auto"
-    compile: bool = False
+    compile: bool | None = None
+    pad_multiple: int | None = None
+    prefetch: int = 4
     device: str = "auto"
     seed: int = 0
     log_every: int = 50
@@ -184,23 +197,28 @@ class TrainingConfig:
     checkpoint_minutes: float = 10.0
     checkpoint_every: int | None = None
     keep_checkpoints: int = 5
+    cache_dir: str | None = None
 
     def __post_init__(self) -> None:
         if self.max_steps is None and self.max_minutes is None:
             raise ValueError(
                 "set max_steps or max_minutes (or both): a run must know when to stop"
             )
-        for name in (
+        positive = [
             "vocab_size",
             "max_tokens",
             "accumulate",
             "warmup_steps",
             "log_every",
-            "eval_every",
-            "keep_checkpoints",
-        ):
+        ]
+        positive += ["eval_every", "keep_checkpoints"]
+        if self.pad_multiple is not None:
+            positive.append("pad_multiple")
+        for name in positive:
             if getattr(self, name) <= 0:
                 raise ValueError(f"{name} must be positive; got {getattr(self, name)}")
+        if self.prefetch < 0:
+            raise ValueError(f"prefetch must be >= 0 batches; got {self.prefetch}")
         if not 0.0 <= self.label_smoothing < 1.0:
             raise ValueError(
                 f"label_smoothing must be in [0, 1); got {self.label_smoothing}"
@@ -208,76 +226,139 @@ class TrainingConfig:
         check_precision(self.precision)
 
 
+def init_distributed(device: torch.device) -> tuple[int, int]:
+    """(rank, world_size) from torchrun's environment; joins the process group once."""
+    rank, world_size = int(os.environ.get("RANK", 0)), int(
+        os.environ.get("WORLD_SIZE", 1)
+    )
+    if world_size > 1 and not dist.is_initialized():
+        if device.type == "cuda":
+            torch.cuda.set_device(device)
+        dist.init_process_group("nccl" if device.type == "cuda" else "gloo")
+    return rank, world_size
+
+
+@torch.no_grad()
+def validation_loss(
+    model: Transformer,
+    split: TokenizedSplit,
+    max_tokens: int,
+    dtype: torch.dtype | None = None,
+) -> dict[str, float]:
+    """Loss per target token of a split (no label smoothing), and its perplexity."""
+    if not len(split):
+        return {}
+    model.eval()
+    device = next(model.parameters()).device
+    budget = max(max_tokens, int(split.lengths().max()))
+    loss_sum, n_tokens = torch.zeros((), device=device), 0
+    for indices in TokenBatchSampler(split.lengths(), budget, shuffle=False).epoch(0):
+        batch = split.batch(indices).to(device)
+        with torch.autocast(device.type, dtype=dtype, enabled=dtype is not None):
+            logits = model(batch.src, batch.tgt_in, check_ids=False)
+        loss_sum += label_smoothed_loss(logits, batch.tgt_out, 0.0)
+        n_tokens += batch.n_tokens
+    loss = loss_sum.item() / n_tokens
+    return {"val_loss": loss, "val_ppl": math.exp(min(loss, 50.0))}
+
+
 class Trainer:
-    """Trains a Transformer on a corpus; see TrainingConfig. Outputs go to `out`."""
+    """Trains `model` on `data` (see prepare_data) as `config` says; outputs go to `out`.
+
+    optimizer and schedule default to make_optimizer's Adam and the paper's schedule.
+    """
 
     def __init__(
         self,
-        model_config: TransformerConfig,
+        model: Transformer,
+        data: PreparedData,
         config: TrainingConfig,
         out: str | Path,
-        state: dict | None = None,
+        optimizer: torch.optim.Optimizer | None = None,
+        schedule: torch.optim.lr_scheduler.LRScheduler | None = None,
     ):
-        self.config, self.out = config, Path(out)
-        self.rank = int(os.environ.get("RANK", 0))
-        self.world_size = int(os.environ.get("WORLD_SIZE", 1))
+        self.config, self.out, self.data = config, Path(out), data
         self.device = pick_device(config.device)
-        if self.world_size > 1 and not dist.is_initialized():
-            if self.device.type == "cuda":
-                torch.cuda.set_device(self.device)
-            dist.init_process_group("nccl" if self.device.type == "cuda" else "gloo")
-        self.corpus = load_corpus(config.data, config.src_lang, config.tgt_lang)
-        if state is not None:
-            tokenizer = [state["tokenizer"]]
-        else:  # rank 0 trains the vocabulary, the other ranks receive it
-            tokenizer = [
-                (
-                    train_tokenizer(self.corpus.texts(), config.vocab_size).to_str()
-                    if self.rank == 0
-                    else None
-                )
-            ]
-            if self.world_size > 1:
-                dist.broadcast_object_list(tokenizer, 0)
-        self.tokenizer = Tokenizer.from_str(tokenizer[0])
-        vocab = self.tokenizer.get_vocab_size()
-        self.model_config = replace(
-            model_config, src_vocab_size=vocab, tgt_vocab_size=vocab, pad_id=PAD
-        )
-        torch.manual_seed(config.seed)  # the same initial model on every rank
-        self.model = Transformer(self.model_config).to(self.device)
+        self.rank, self.world_size = init_distributed(self.device)
+        vocab = data.tokenizer.get_vocab_size()
+        if min(model.config.src_vocab_size, model.config.tgt_vocab_size) < vocab:
+            raise ValueError(
+                f"the model's vocabularies ({model.config.src_vocab_size}, "
+                f"{model.config.tgt_vocab_size}) must hold the tokenizer's {vocab} ids"
+            )
+        self.model = model.to(self.device)
         torch.manual_seed(
             config.seed + self.rank
         )  # different dropout masks on every rank
-        self.optimizer, self.schedule = make_optimizer(
-            self.model, self.model_config.d_model, config.warmup_steps, config.lr_scale
-        )
+        if optimizer is None:
+            optimizer, schedule = make_optimizer(
+                model, model.config.d_model, config.warmup_steps, config.lr_scale
+            )
+        self.optimizer, self.schedule = optimizer, schedule
         self.dtype = autocast_dtype(config.precision, self.device)
         self.scaler = torch.amp.GradScaler(
             self.device.type, enabled=self.dtype == torch.float16
         )
-        self.train_pairs = encode_pairs(self.tokenizer, self.corpus.splits["train"])
-        self.val_pairs = encode_pairs(
-            self.tokenizer, self.corpus.splits.get("val", [])[:5000]
+        self.compile = (
+            config.compile if config.compile is not None else self.device.type == "cuda"
         )
-        self.sampler = TokenBatchSampler(
-            pair_lengths(self.train_pairs),
-            config.max_tokens,
-            seed=config.seed,
-            rank=self.rank,
-            world_size=self.world_size,
-        )
+        self.pad_multiple = config.pad_multiple or (8 if self.compile else 1)
+        parts = self.world_size * config.accumulate
+        try:
+            self.sampler = TokenBatchSampler(
+                data.train.lengths(),
+                config.max_tokens // parts,
+                seed=config.seed,
+                rank=self.rank,
+                world_size=self.world_size,
+                pad_multiple=self.pad_multiple,
+            )
+        except ValueError as error:
+            raise ValueError(
+                f"max_tokens={config.max_tokens} per update, over {self.world_size} process(es) "
+                f"x {config.accumulate} accumulated batch(es), leaves "
+                f"{config.max_tokens // parts} per batch: {error}"
+            ) from error
         self.step, self.epoch, self.batch_index = 0, 0, 0
-        if state is not None:
-            self._load_state(state)
         self.network: nn.Module = self.model
         if self.world_size > 1:
             self.network = nn.parallel.DistributedDataParallel(
                 self.model,
                 device_ids=[self.device] if self.device.type == "cuda" else None,
             )
-        if config.compile:
-            self.network = torch.compile(self.network)
+        self.forward_loss = torch.compile(self._loss) if self.compile else self._loss
+        self._stream: Iterator[tuple[Batch, int, int]] | None = None
+
+    @classmethod
+    def from_config(
+        cls,
+        model_config: TransformerConfig,
+        config: TrainingConfig,
+        out: str | Path,
+        state: dict | None = None,
+    ) -> Trainer:
+        """Prepare the data, build the model (vocabulary from the tokenizer), and a Trainer."""
+        init_distributed(pick_device(config.device))  # rank 0 prepares the data first
+        tokenizer = (
+            Tokenizer.from_str(state["tokenizer"]) if state is not None else None
+        )
+        data = prepare_data(
+            config.data,
+            config.src_lang,
+            config.tgt_lang,
+            config.vocab_size,
+            tokenizer,
+            config.cache_dir,
+        )
+        vocab = data.tokenizer.get_vocab_size()
+        model_config = replace(
+            model_config, src_vocab_size=vocab, tgt_vocab_size=vocab, pad_id=PAD
+        )
+        torch.manual_seed(config.seed)  # the same initial model on every rank
+        trainer = cls(Transformer(model_config), data, config, out)
+        if state is not None:
+            trainer._load_state(state)
+        return trainer
 
     @classmethod
     def resume(
@@ -297,18 +378,14 @@ class Trainer:
                 "translate and be evaluated, but a run resumes from a checkpoint of training"
             )
         config = replace(TrainingConfig(**state["training_config"]), **overrides)
-        return cls(
-            TransformerConfig(**state["model_config"]),
-            config,
-            out or path.parent,
-            state,
-        )
+        model_config = TransformerConfig(**state["model_config"])
+        return cls.from_config(model_config, config, out or path.parent, state)
 
     def _load_state(self, state: dict) -> None:
         if len(state["rng"]) != self.world_size:
             raise ValueError(
-                f"the checkpoint was written by {len(state['rng'])} process(es); resume it with as many, "
-                f"not {self.world_size} (the data shards and random streams depend on it)"
+                f"the checkpoint was written by {len(state['rng'])} process(es); resume it "
+                f"with as many, not {self.world_size} (the data shards and random streams depend on it)"
             )
         self.model.load_state_dict(state["model"])
         self.optimizer.load_state_dict(state["optimizer"])
@@ -332,16 +409,16 @@ class Trainer:
 
     def state(self) -> dict:
         """Everything a resumed run needs (gathered from every rank: call it on all of them)."""
-        rng = self._all_ranks(torch.get_rng_state())
+        rng = self._all_ranks(torch.get_rng_state().to(self.device))
         cuda_rng = (
             self._all_ranks(torch.cuda.get_rng_state(self.device).to(self.device))
             if self.device.type == "cuda"
             else []
         )
         return {
-            "model_config": self.model_config.to_dict(),
+            "model_config": self.model.config.to_dict(),
             "training_config": asdict(self.config),
-            "tokenizer": self.tokenizer.to_str(),
+            "tokenizer": self.data.tokenizer.to_str(),
             "model": self.model.state_dict(),
             "optimizer": self.optimizer.state_dict(),
             "schedule": self.schedule.state_dict(),
@@ -365,94 +442,83 @@ class Trainer:
                 old.unlink()
         return path
 
-    def _next_batches(self) -> list[Batch]:
-        batches = []
-        while len(batches) < self.config.accumulate:
-            epoch = self.sampler.epoch(self.epoch)
-            if self.batch_index >= len(epoch):
-                self.epoch, self.batch_index = self.epoch + 1, 0
-                continue
-            batches.append(
-                collate([self.train_pairs[i] for i in epoch[self.batch_index]]).to(
-                    self.device
-                )
-            )
-            self.batch_index += 1
-        return batches
-
     def _autocast(self) -> contextlib.AbstractContextManager:
         if self.dtype is None:
             return contextlib.nullcontext()
         return torch.autocast(self.device.type, dtype=self.dtype)
 
-    def train_step(self) -> tuple[float, int]:
-        """One update; returns (label-smoothed loss per target token, target tokens) over all ranks."""
+    def _loss(self, src: Tensor, tgt_in: Tensor, tgt_out: Tensor) -> Tensor:
+        """The summed label-smoothed loss of one batch (what torch.compile compiles)."""
+        with self._autocast():
+            logits = self.network(src, tgt_in, check_ids=False)
+        return label_smoothed_loss(logits, tgt_out, self.config.label_smoothing)
+
+    def _next_batch(self) -> Batch:
+        if self._stream is None:
+            self._stream = iter(
+                BatchStream(
+                    self.data.train,
+                    self.sampler,
+                    self.epoch,
+                    self.batch_index,
+                    self.pad_multiple,
+                    self.config.prefetch,
+                    self.device.type == "cuda",
+                )
+            )
+        batch, self.epoch, self.batch_index = next(self._stream)
+        return batch.to(self.device)
+
+    def train_step(self) -> tuple[Tensor, int]:
+        """One update. Returns this process's summed label-smoothed loss, a tensor left on
+        the device (reading it would make the host wait), and its number of target tokens.
+        """
         self.network.train()
-        batches = self._next_batches()
-        totals = torch.tensor(
-            [sum(b.n_tokens for b in batches), 0.0],
-            dtype=torch.float64,
-            device=self.device,
-        )
-        if self.world_size > 1:
-            dist.all_reduce(totals[:1])
-        n_tokens = totals[0].item()
-        loss_sum = 0.0
+        batches = [self._next_batch() for _ in range(self.config.accumulate)]
+        n_tokens = sum(batch.n_tokens for batch in batches)
+        total: Tensor | int = n_tokens
+        if self.world_size > 1:  # the target tokens of the whole update, on every rank
+            total = torch.tensor(float(n_tokens), device=self.device)
+            dist.all_reduce(total)
+        loss_sum = torch.zeros((), device=self.device)
         for i, batch in enumerate(batches):
             last = i == len(batches) - 1
-            sync = (
-                contextlib.nullcontext()
-                if last or self.world_size == 1
-                else self.network.no_sync()
-            )
-            with sync:
-                with self._autocast():
-                    logits = self.network(batch.src, batch.tgt_in)
-                loss = label_smoothed_loss(
-                    logits, batch.tgt_out, self.config.label_smoothing
-                )
-                # DDP averages gradients over ranks; scaling by world_size makes it a sum over all tokens
-                self.scaler.scale(loss * self.world_size / n_tokens).backward()
-            loss_sum += loss.item()
+            no_sync = self.world_size > 1 and not last
+            with self.network.no_sync() if no_sync else contextlib.nullcontext():
+                loss = self.forward_loss(batch.src, batch.tgt_in, batch.tgt_out)
+                # DDP averages gradients over ranks; times world_size they sum over all tokens
+                self.scaler.scale(loss * (self.world_size / total)).backward()
+            loss_sum += loss.detach()
         self.scaler.step(self.optimizer)
         self.scaler.update()
         self.optimizer.zero_grad(set_to_none=True)
         self.schedule.step()
         self.step += 1
-        totals[1] = loss_sum
-        if self.world_size > 1:
-            dist.all_reduce(totals[1:])
-        return totals[1].item() / n_tokens, int(n_tokens)
+        return loss_sum, n_tokens
 
-    @torch.no_grad()
-    def validate(self, max_tokens: int | None = None) -> dict[str, float]:
+    def validate(self) -> dict[str, float]:
         """Validation loss per target token (no label smoothing) and perplexity."""
-        if not self.val_pairs:
+        if self.data.valid is None:
             return {}
-        self.model.eval()
-        loss_sum, n_tokens = 0.0, 0
-        sampler = TokenBatchSampler(
-            pair_lengths(self.val_pairs),
-            max_tokens or self.config.max_tokens,
-            shuffle=False,
+        return validation_loss(
+            self.model, self.data.valid, self.sampler.max_tokens, self.dtype
         )
-        for indices in sampler.epoch(0):
-            batch = collate([self.val_pairs[i] for i in indices]).to(self.device)
-            with self._autocast():
-                logits = self.model(batch.src, batch.tgt_in)
-            loss_sum += label_smoothed_loss(logits, batch.tgt_out, 0.0).item()
-            n_tokens += batch.n_tokens
-        loss = loss_sum / n_tokens
-        return {"val_loss": loss, "val_ppl": math.exp(min(loss, 50.0))}
 
     def exact_match(
-        self, split: str = "test", limit: int | None = None, beam_size: int = 1
+        self, pairs: list[tuple[str, str]] | None = None, beam_size: int = 1
     ) -> float:
-        """Fraction of a split's sentences translated exactly as the reference (greedy by default)."""
-        pairs = self.corpus.splits[split][:limit]
+        """Fraction of pairs (default: the test split) translated exactly as the reference."""
+        pairs = self.data.test if pairs is None else pairs
         sources = [src for src, _ in pairs]
-        hypotheses = translate(self.model, self.tokenizer, sources, beam_size=beam_size)
+        hypotheses = translate(
+            self.model, self.data.tokenizer, sources, beam_size=beam_size
+        )
         return sum(h == ref for h, (_, ref) in zip(hypotheses, pairs)) / len(pairs)
+
+    def fit(self, progress: bool = True) -> dict[str, float]:
+        """Train until max_steps or max_minutes; returns the last metrics. Ctrl-C saves a
+        checkpoint first. The loop is train_loop, below."""
+        return train_loop(self, progress)
 
     def _log(self, record: dict) -> None:
         if self.rank == 0:
@@ -461,87 +527,96 @@ class Trainer:
                 file.write(json.dumps(record) + "\n")
 
     def _decide(self, started: float, last_checkpoint: float) -> tuple[bool, bool]:
-        """(stop now, checkpoint now): rank 0's clock decides for every rank."""
-        now = time.perf_counter()
-        stop = self.config.max_steps is not None and self.step >= self.config.max_steps
-        stop |= (
-            self.config.max_minutes is not None
-            and (now - started) / 60 >= self.config.max_minutes
-        )
-        due = (
-            bool(self.config.checkpoint_every)
-            and self.step > 0
-            and self.step % self.config.checkpoint_every == 0
-        )
-        due |= now - last_checkpoint >= 60 * self.config.checkpoint_minutes
-        if self.world_size > 1:
-            flags = torch.tensor([float(stop), float(due)], device=self.device)
-            dist.broadcast(flags, 0)
-            stop, due = bool(flags[0]), bool(flags[1])
+        """(stop now, checkpoint now). Several processes compare rank 0's clock at logging
+        intervals only, since agreeing on it is a collective operation."""
+        config, now = self.config, time.perf_counter()
+        stop = config.max_steps is not None and self.step >= config.max_steps
+        due = bool(config.checkpoint_every) and self.step > 0
+        due = due and self.step % config.checkpoint_every == 0
+        if self.world_size == 1 or self.step % config.log_every == 0:
+            minutes = (now - started) / 60
+            over = config.max_minutes is not None and minutes >= config.max_minutes
+            late = now - last_checkpoint >= 60 * config.checkpoint_minutes
+            if self.world_size > 1:
+                flags = torch.tensor([float(over), float(late)], device=self.device)
+                dist.broadcast(flags, 0)
+                over, late = bool(flags[0]), bool(flags[1])
+            stop, due = stop or over, due or late
         return stop, due
 
-    def fit(self, progress: bool = True) -> dict[str, float]:
-        """Train until max_steps or max_minutes; returns the last metrics. Ctrl-C saves a checkpoint first."""
-        started = last_checkpoint = time.perf_counter()
-        window_tokens, window_start, metrics = 0, time.perf_counter(), {}
-        bar = tqdm(
-            total=self.config.max_steps,
-            initial=self.step,
-            disable=not progress or self.rank != 0,
-            unit="step",
-        )
-        try:
-            while True:
-                stop, checkpoint_due = self._decide(started, last_checkpoint)
-                if checkpoint_due and not stop:
-                    self.save()
-                    last_checkpoint = time.perf_counter()
-                if stop:
-                    break
-                loss, n_tokens = self.train_step()
-                window_tokens += n_tokens
-                bar.update(1)
-                if (
-                    self.step % self.config.log_every == 0
-                    or self.step == self.config.max_steps
-                ):
-                    elapsed = time.perf_counter() - window_start
-                    metrics = {
-                        "step": self.step,
-                        "loss": loss,
-                        "lr": self.schedule.get_last_lr()[0],
-                        "tokens_per_s": window_tokens / elapsed,
-                        "minutes": (time.perf_counter() - started) / 60,
-                    }
-                    bar.set_postfix(
-                        loss=f"{loss:.3f}",
-                        lr=f"{metrics['lr']:.2e}",
-                        tok_s=f"{metrics['tokens_per_s']:,.0f}",
-                    )
-                    self._log(metrics)
-                    window_tokens, window_start = 0, time.perf_counter()
-                if self.step % self.config.eval_every == 0:
-                    evaluation = {"step": self.step, **self.validate()}
-                    self._log(evaluation)
-                    metrics = {**metrics, **evaluation}
-        except KeyboardInterrupt:
-            bar.close()
+
+def train_loop(trainer: Trainer, progress: bool = True) -> dict[str, float]:
+    """Train until max_steps or max_minutes; returns the last metrics (Trainer.fit calls it)."""
+    started = last_checkpoint = window_start = time.perf_counter()
+    window = torch.zeros(
+        2, dtype=torch.float64, device=trainer.device
+    )  # loss sum, tokens
+    metrics: dict[str, float] = {}
+    bar = tqdm(
+        total=trainer.config.max_steps,
+        initial=trainer.step,
+        unit="step",
+        disable=not progress or trainer.rank != 0,
+    )
+    try:
+        while True:
+            stop, checkpoint_due = trainer._decide(started, last_checkpoint)
+            if checkpoint_due and not stop:
+                trainer.save()
+                last_checkpoint = time.perf_counter()
+            if stop:
+                break
+            loss_sum, n_tokens = trainer.train_step()
+            window[0] += loss_sum
+            window[1] += n_tokens
+            bar.update(1)
             if (
-                self.world_size == 1
-            ):  # under torchrun the other ranks may be gone: keep the last periodic checkpoint
-                print(
-                    f"interrupted at step {self.step}; saved {self.save()}; continue with --resume {self.out}"
+                trainer.step % trainer.config.log_every == 0
+                or trainer.step == trainer.config.max_steps
+            ):
+                if trainer.world_size > 1:
+                    dist.all_reduce(window)
+                loss, tokens = window.tolist()  # the only read-back of the loss
+                metrics = {
+                    "step": trainer.step,
+                    "loss": loss / tokens,
+                    "lr": trainer.schedule.get_last_lr()[0],
+                    "tokens_per_s": tokens / (time.perf_counter() - window_start),
+                    "minutes": (time.perf_counter() - started) / 60,
+                }
+                bar.set_postfix(
+                    loss=f"{metrics['loss']:.3f}",
+                    lr=f"{metrics['lr']:.2e}",
+                    tok_s=f"{metrics['tokens_per_s']:,.0f}",
                 )
-            raise
+                trainer._log(metrics)
+                window.zero_()
+                window_start = time.perf_counter()
+            if trainer.step % trainer.config.eval_every == 0:
+                evaluation = {"step": trainer.step, **trainer.validate()}
+                trainer._log(evaluation)
+                metrics = {**metrics, **evaluation}
+    except KeyboardInterrupt:
         bar.close()
-        self.save()
-        final = {
-            "step": self.step,
-            "minutes": (time.perf_counter() - started) / 60,
-            **self.validate(),
-        }
-        self._log(final)
-        return {**metrics, **final}
+        if trainer.world_size == 1:  # under torchrun the other ranks may be gone
+            print(
+                f"interrupted at step {trainer.step}; saved {trainer.save()}; "
+                f"continue with --resume {trainer.out}"
+            )
+        raise
+    finally:
+        if trainer._stream is not None:
+            trainer._stream.close()
+            trainer._stream = None
+    bar.close()
+    trainer.save()
+    final = {
+        "step": trainer.step,
+        "minutes": (time.perf_counter() - started) / 60,
+        **trainer.validate(),
+    }
+    trainer._log(final)
+    return {**metrics, **final}
 
 
-__all__ = ['learning_rate', 'make_optimizer', 'label_smoothed_loss', 'save_checkpoint', 'load_checkpoint', 'load_model', 'pick_device', 'cpu_bf16_speedup', 'check_precision', 'autocast_dtype', 'TrainingConfig', 'Trainer']
+__all__ = ['learning_rate', 'make_optimizer', 'label_smoothed_loss', 'save_checkpoint', 'load_checkpoint', 'load_model', 'pick_device', 'cpu_bf16_speedup', 'check_precision', 'autocast_dtype', 'TrainingConfig', 'init_distributed', 'validation_loss', 'Trainer', 'train_loop']
