@@ -1,13 +1,21 @@
-"""Training throughput of this package's Transformer against torch.nn.Transformer, in one run.
+"""Training throughput: the real Trainer end to end, its bare step, and torch.nn.Transformer.
 
-Both models get the same size, the same batch of token ids, the same dropout placement and the
-same optimizer (Adam); the peer is torch.nn.Transformer with the same embeddings, positional
-encoding and tied output projection around it, so the difference is in the encoder and decoder. Reported: target
-tokens per second of full training steps (forward, backward, Adam), the peak memory on a GPU,
-and on a GPU the model FLOPs utilization (FLOPs of a step counted by PyTorch's FlopCounterMode,
-divided by the step time and the GPU's peak).
+Two measurements in one run.
 
-    python benchmarks/train_throughput.py                       # CPU: fp32 vs fp32, bf16 vs fp32
+1. The bare step, ours against the peer. Both models get the same size, the same batch of token
+   ids, the same dropout placement and the same optimizer (Adam); the peer is
+   torch.nn.Transformer with the same embeddings, positional encoding and tied output projection
+   around it, and with its final LayerNorms removed (nn.Transformer adds one after each stack;
+   the paper's post-LN model, and ours, has none), so both compute the same function. Reported:
+   target tokens per second of full training steps (forward, backward, Adam), the peak memory on a
+   GPU, and on a GPU the model FLOPs utilization (FLOPs of a step counted by PyTorch's
+   FlopCounterMode, divided by the step time and the GPU's peak).
+2. The Trainer end to end: Trainer.train_step, which takes its batches from the prepared,
+   memory-mapped corpus through the prefetching BatchStream, against the same steps on the same
+   batches already in memory (the step without its data pipeline). Their ratio is the share of
+   the bare step's speed the Trainer keeps; the rest is time spent waiting for data.
+
+    python benchmarks/train_throughput.py                       # CPU: fp32 and bf16
     python benchmarks/train_throughput.py --device cuda --preset base --batch 200 --length 125 --compile
 """
 
@@ -16,20 +24,23 @@ from __future__ import annotations
 import argparse
 import json
 import math
+import tempfile
 import time
+from pathlib import Path
 
 import torch
 from torch import nn
 from torch.utils.flop_counter import FlopCounterMode
 
 from report import machine
-from transformer import Transformer, TransformerConfig, sinusoidal_positional_encoding
+from train_scale import write_corpus
+from transformer import Trainer, TrainingConfig, Transformer, TransformerConfig, sinusoidal_positional_encoding
 
 PEAK_TFLOPS = {"H100": 989.0, "H200": 989.0, "A100": 312.0}  # dense bf16 tensor-core peaks
 
 
 class TorchPeer(nn.Module):
-    """torch.nn.Transformer (post-LN, batch-first) with the same embeddings and output as ours."""
+    """torch.nn.Transformer (post-LN, batch-first, no final LayerNorms) with our embeddings and output."""
 
     def __init__(self, config: TransformerConfig):
         super().__init__()
@@ -40,6 +51,7 @@ class TorchPeer(nn.Module):
             config.d_model, config.n_heads, config.n_layers, config.n_layers, config.d_ff, config.dropout,
             batch_first=True, layer_norm_eps=config.layer_norm_eps,
         )
+        self.transformer.encoder.norm = self.transformer.decoder.norm = None  # as in the paper
         self.output = nn.Linear(config.d_model, config.tgt_vocab_size, bias=False)
         self.output.weight = self.embed.weight
         self.dropout = nn.Dropout(config.dropout)
@@ -67,10 +79,10 @@ def make_batch(config, batch, length, device, seed=0):
     return src.to(device), tgt.to(device)
 
 
-def step_fn(model, optimizer, src, tgt, dtype, pad_id):
+def step_fn(model, optimizer, src, tgt, dtype, pad_id, **model_kwargs):
     def step():
         with torch.autocast(src.device.type, dtype=dtype, enabled=dtype is not None):
-            logits = model(src, tgt[:, :-1])
+            logits = model(src, tgt[:, :-1], **model_kwargs)
         loss = nn.functional.cross_entropy(logits.flatten(0, 1).float(), tgt[:, 1:].flatten(), ignore_index=pad_id, label_smoothing=0.1)
         loss.backward()
         optimizer.step()
@@ -88,7 +100,8 @@ def measure(name, model, config, src, tgt, dtype, compile_model, warmup, steps, 
     model = model.to(device).train()
     optimizer = torch.optim.Adam(model.parameters(), lr=1e-4, betas=(0.9, 0.98), eps=1e-9)
     run = torch.compile(model) if compile_model else model
-    step = step_fn(run, optimizer, src, tgt, dtype, config.pad_id)
+    ours = {"check_ids": False} if isinstance(model, Transformer) else {}  # as the Trainer runs it
+    step = step_fn(run, optimizer, src, tgt, dtype, config.pad_id, **ours)
     for _ in range(warmup):
         step()
     with FlopCounterMode(display=False) as counter:
@@ -115,6 +128,41 @@ def measure(name, model, config, src, tgt, dtype, compile_model, warmup, steps, 
     return result
 
 
+def trainer_end_to_end(model_config, device, precision, max_tokens, steps, work: Path) -> dict:
+    """Tokens/s of Trainer.train_step (data pipeline included) and of the same steps on the same
+    batches held in memory."""
+    write_corpus(work / "corpus", 20_000)
+    config = TrainingConfig(data=str(work / "corpus"), vocab_size=model_config.src_vocab_size,
+                            max_tokens=max_tokens, max_steps=steps, precision=precision, device=str(device),
+                            cache_dir=str(work / "cache"), warmup_steps=4000)
+    trainer = Trainer.from_config(model_config, config, work / "run")
+    for _ in range(3):
+        trainer.train_step()  # warm-up (and compilation)
+    plan = trainer.sampler.epoch(trainer.epoch)[trainer.batch_index : trainer.batch_index + steps]
+    sync(device)
+    start = time.perf_counter()
+    tokens = 0
+    for _ in range(steps):
+        loss_sum, n_tokens = trainer.train_step()
+        tokens += n_tokens
+    loss_sum.item()  # wait for the last step
+    end_to_end = time.perf_counter() - start
+    batches = [trainer.data.train.batch(indices, trainer.pad_multiple).to(device) for indices in plan]
+    sync(device)
+    start = time.perf_counter()
+    for batch in batches:  # the same computation, the batches already there
+        loss = trainer.forward_loss(batch.src, batch.tgt_in, batch.tgt_out)
+        (loss / batch.n_tokens).backward()
+        trainer.optimizer.step()
+        trainer.optimizer.zero_grad(set_to_none=True)
+        trainer.schedule.step()
+    loss.item()
+    bare = time.perf_counter() - start
+    assert sum(b.n_tokens for b in batches) == tokens, "both timed the same batches"
+    return {"precision": precision, "steps": steps, "tokens": tokens, "trainer_tokens_per_s": tokens / end_to_end,
+            "bare_tokens_per_s": tokens / bare, "trainer_share_of_bare": bare / end_to_end}
+
+
 def main():
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--device", default="cpu")
@@ -127,6 +175,8 @@ def main():
     parser.add_argument("--repeats", type=int, default=2, help="alternate the models this many times; the best is kept")
     parser.add_argument("--compile", action="store_true", help="also measure with torch.compile")
     parser.add_argument("--threads", type=int, help="torch.set_num_threads on a CPU")
+    parser.add_argument("--trainer-tokens", type=int, default=1500,
+                        help="max_tokens of the end-to-end Trainer measurement (default 1500)")
     parser.add_argument("--json", help="write the results to this file")
     args = parser.parse_args()
 
@@ -145,7 +195,8 @@ def main():
     peak = next((v for k, v in PEAK_TFLOPS.items() if device.type == "cuda" and k in torch.cuda.get_device_name(device)), None)
     cases = [("ours", None, False), ("torch.nn.Transformer", None, False), ("ours", low, False), ("torch.nn.Transformer", low, False)]
     if args.compile:
-        cases += [("ours", low, True), ("torch.nn.Transformer", low, True)]
+        for dtype in (None, low):
+            cases += [("ours", dtype, True), ("torch.nn.Transformer", dtype, True)]
     best: dict[tuple, dict] = {}
     for _ in range(args.repeats):
         for name, dtype, compile_model in cases:
@@ -172,9 +223,24 @@ def main():
     print(f"ours fp32 / peer fp32: {by_key[('ours', 'fp32', False)] / peer_fp32:.2f}x")
     print(f"ours bf16 / peer fp32: {by_key[('ours', 'bfloat16', False)] / peer_fp32:.2f}x")
     print(f"ours bf16 / peer bf16: {by_key[('ours', 'bfloat16', False)] / by_key[('torch.nn.Transformer', 'bfloat16', False)]:.2f}x")
+    if args.compile:
+        for precision in ("fp32", "bfloat16"):
+            ours_compiled = by_key[("ours", precision, True)]
+            print(f"ours compiled {precision} / peer {precision}: "
+                  f"{ours_compiled / by_key[('torch.nn.Transformer', precision, False)]:.2f}x eager, "
+                  f"{ours_compiled / by_key[('torch.nn.Transformer', precision, True)]:.2f}x compiled")
+    end_to_end = []
+    with tempfile.TemporaryDirectory() as work:
+        for precision in ("fp32", "bf16"):
+            end_to_end.append(trainer_end_to_end(config, device, precision, args.trainer_tokens, args.steps, Path(work) / precision))
+    for r in end_to_end:
+        print(f"Trainer end to end, {r['precision']}: {r['trainer_tokens_per_s']:,.0f} tokens/s; the same steps on "
+              f"batches in memory {r['bare_tokens_per_s']:,.0f} tokens/s; the Trainer keeps {r['trainer_share_of_bare']:.1%}")
     if args.json:
+        report = {"device": device_name, "torch": torch.__version__, "args": vars(args), "results": results,
+                  "trainer_end_to_end": end_to_end}
         with open(args.json, "w") as file:
-            json.dump({"device": device_name, "torch": torch.__version__, "args": vars(args), "results": results}, file, indent=2)
+            json.dump(report, file, indent=2)
 
 
 if __name__ == "__main__":

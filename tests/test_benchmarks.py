@@ -26,3 +26,16 @@ def test_decoding_speed_checks_that_all_decoders_agree(tmp_path):
     assert set(report["results"]) == {"greedy, cache", "greedy, no cache", "beam 4, cache", "beam 4, no cache",
                                       "nn.Transformer greedy (no cache)"}
     assert report["command"].startswith("python ") and "decoding_speed.py" in report["command"]
+
+
+@pytest.mark.slow
+def test_train_scale_runs_the_cli_twice_on_a_generated_corpus(tmp_path):
+    out = tmp_path / "scale.json"
+    result = subprocess.run([sys.executable, str(BENCHMARKS / "train_scale.py"), "--pairs", "400", "--steps", "4",
+                             "--log-every", "2", "--vocab-size", "300", "--work", str(tmp_path / "work"),
+                             "--out", str(out)], capture_output=True, text=True, cwd=BENCHMARKS)
+    assert result.returncode == 0, result.stderr
+    report = json.loads(out.read_text())["results"]["400"]
+    assert report["first_run"]["steps"] == report["cached_run"]["steps"] == 4
+    assert len((tmp_path / "work" / "corpus-400" / "train.en").read_text().splitlines()) == 400
+    assert len(list((tmp_path / "work" / "cache-400" / "data").iterdir())) == 1, "the second run reused the cache"

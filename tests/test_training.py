@@ -88,6 +88,26 @@ def test_resume_gives_the_same_parameters_as_an_uninterrupted_run(tiny_corpus, t
         assert torch.equal(a, b), name
 
 
+def test_prefetching_does_not_change_the_run(tiny_corpus, tmp_path):
+    config = TransformerConfig(d_model=32, n_heads=4, d_ff=64, n_layers=2, dropout=0.0)
+    runs = []
+    for prefetch in (0, 3):
+        trainer = Trainer.from_config(config, _config(tiny_corpus, prefetch=prefetch, max_tokens=200),
+                                      tmp_path / f"prefetch-{prefetch}")
+        trainer.fit(progress=False)
+        runs.append(trainer.model.state_dict())
+    for name, weights in runs[0].items():
+        assert torch.equal(weights, runs[1][name]), f"prefetching changed {name}"
+
+
+def test_max_tokens_is_the_update_shared_by_accumulated_batches(tiny_corpus, tmp_path):
+    one = Trainer.from_config(TINY, _config(tiny_corpus, max_tokens=240), tmp_path / "one")
+    four = Trainer.from_config(TINY, _config(tiny_corpus, max_tokens=240, accumulate=4), tmp_path / "four")
+    assert one.sampler.max_tokens == 240 and four.sampler.max_tokens == 60
+    with pytest.raises(ValueError, match=r"max_tokens=40 per update, over 1 process\(es\) x 4 accumulated batch"):
+        Trainer.from_config(TINY, _config(tiny_corpus, max_tokens=40, accumulate=4), tmp_path / "too-small")
+
+
 def test_checkpoints_are_atomic_kept_and_loadable(tiny_corpus, tmp_path):
     trainer = Trainer.from_config(TINY, _config(tiny_corpus, max_steps=6, checkpoint_every=1, keep_checkpoints=2), tmp_path / "run")
     trainer.fit(progress=False)

@@ -123,6 +123,7 @@ def _add_train(commands: argparse._SubParsersAction) -> None:
         "~/.cache/transformer)",
     )
     run.add_argument("--seed", type=int)
+    run.add_argument("--log-every", type=int, help="log the loss every N steps")
     run.add_argument("--eval-every", type=int, help="validate every N steps")
     run.add_argument(
         "--checkpoint-minutes",

@@ -122,7 +122,7 @@ def parallel_files(
 
 
 def read_pair_chunks(
-    src_path: Path, tgt_path: Path, chunk_size: int = 100_000
+    src_path: Path, tgt_path: Path, chunk_size: int = 10_000
 ) -> Iterator[tuple[list[str], list[str]]]:
     """The lines of two parallel files, `chunk_size` at a time, as (sources, targets)."""
     with _open_text(src_path) as src, _open_text(tgt_path) as tgt:
@@ -182,7 +182,7 @@ def hub_splits(name: str, config: str | None = None) -> dict:
 
 
 def hub_pair_chunks(
-    rows, src_lang: str, tgt_lang: str, chunk_size: int = 100_000
+    rows, src_lang: str, tgt_lang: str, chunk_size: int = 10_000
 ) -> Iterator[tuple[list[str], list[str]]]:
     """The (sources, targets) of a hub split's {"translation": {...}} rows, a chunk at a time."""
     for start in range(0, len(rows), chunk_size):
@@ -448,7 +448,7 @@ def _file_sha256(path: Path) -> str:
         return hashlib.file_digest(file, "sha256").hexdigest()
 
 
-def _in_chunks(pairs: Sequence[tuple[str, str]], size: int = 100_000) -> ChunkReader:
+def _in_chunks(pairs: Sequence[tuple[str, str]], size: int = 10_000) -> ChunkReader:
     def read() -> Iterator[tuple[list[str], list[str]]]:
         for start in range(0, len(pairs), size):
             chunk = pairs[start : start + size]
@@ -530,6 +530,16 @@ def _write_split(
     }
 
 
+def _largest_id(path: Path, dtype: str) -> int:
+    """The largest id in a file, read in chunks (a memory map would count them all as the
+    process's own memory once touched)."""
+    largest = -1
+    with open(path, "rb") as file:
+        while len(chunk := np.fromfile(file, dtype=dtype, count=1 << 22)):
+            largest = max(largest, int(chunk.max()))
+    return largest
+
+
 def _read_split(folder: Path, split: str, meta: dict) -> TokenizedSplit:
     """The split's arrays (ids memory-mapped), or ValueError saying what is wrong with them."""
     for name, digest in meta["sha256"].items():
@@ -538,7 +548,12 @@ def _read_split(folder: Path, split: str, meta: dict) -> TokenizedSplit:
     arrays = []
     for side in ("src", "tgt"):
         offsets = np.fromfile(folder / f"{split}.{side}.offsets", dtype=np.int64)
-        ids = np.memmap(folder / f"{split}.{side}.ids", dtype=meta["dtype"], mode="r")
+        path = folder / f"{split}.{side}.ids"
+        ids = (
+            np.memmap(path, dtype=meta["dtype"], mode="r")
+            if path.stat().st_size
+            else np.zeros(0, dtype=meta["dtype"])  # an empty file cannot be mapped
+        )
         ok = (
             len(offsets) == meta["pairs"] + 1
             and offsets[0] == 0
@@ -546,7 +561,7 @@ def _read_split(folder: Path, split: str, meta: dict) -> TokenizedSplit:
         )
         if not ok or (np.diff(offsets) < 0).any():
             raise ValueError(f"the offsets of {split}.{side} do not index its ids")
-        if len(ids) and int(ids.max()) >= meta["vocab_size"]:
+        if _largest_id(path, meta["dtype"]) >= meta["vocab_size"]:
             raise ValueError(
                 f"{split}.{side} holds ids beyond the vocabulary of {meta['vocab_size']}"
             )
