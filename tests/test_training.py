@@ -104,8 +104,8 @@ def test_max_tokens_is_the_update_shared_by_accumulated_batches(tiny_corpus, tmp
     one = Trainer.from_config(TINY, _config(tiny_corpus, max_tokens=240), tmp_path / "one")
     four = Trainer.from_config(TINY, _config(tiny_corpus, max_tokens=240, accumulate=4), tmp_path / "four")
     assert one.sampler.max_tokens == 240 and four.sampler.max_tokens == 60
-    with pytest.raises(ValueError, match=r"max_tokens=40 per update, over 1 process\(es\) x 4 accumulated batch"):
-        Trainer.from_config(TINY, _config(tiny_corpus, max_tokens=40, accumulate=4), tmp_path / "too-small")
+    with pytest.raises(ValueError, match=r"max_tokens=8 per update, over 1 process\(es\) x 4 accumulated batch"):
+        Trainer.from_config(TINY, _config(tiny_corpus, max_tokens=8, accumulate=4), tmp_path / "too-small")
 
 
 def test_checkpoints_are_atomic_kept_and_loadable(tiny_corpus, tmp_path):
