@@ -55,6 +55,31 @@ def test_translate_reads_stdin_and_writes_stdout(run_folder):
     assert len(result.stdout.splitlines()) == 3, "one line out per line in, the empty one included"
 
 
+LINE_BREAKS = ["\r", "\x0b", "\x0c", "\x1c", "\x1d", "\x1e", "\x85", "\u2028", "\u2029"]
+
+
+@pytest.mark.parametrize("where", ["stdin", "file"])
+def test_translate_writes_one_line_per_input_line_whatever_the_characters(run_folder, tmp_path, where):
+    lines = [f"one{c}two" for c in LINE_BREAKS] + ["windows line\r", "", "last"]
+    text = "\n".join(lines)  # no newline after the last line
+    command = [sys.executable, "-m", "transformer", "translate", "--checkpoint", str(run_folder), "--beam", "1"]
+    if where == "file":
+        (tmp_path / "in.txt").write_bytes(text.encode())
+        command += ["--input", str(tmp_path / "in.txt"), "--output", str(tmp_path / "out.txt")]
+    result = subprocess.run(command, input=text.encode() if where == "stdin" else None, capture_output=True)
+    assert result.returncode == 0, result.stderr
+    written = result.stdout if where == "stdin" else (tmp_path / "out.txt").read_bytes()
+    assert written.decode().count("\n") == len(lines) == 12 and written.endswith(b"\n")
+
+
+def test_translate_names_the_line_of_bytes_that_are_not_utf8(run_folder, tmp_path):
+    (tmp_path / "bad.txt").write_bytes(b"one\ntwo\nthr\xffee\n")
+    result = subprocess.run([sys.executable, "-m", "transformer", "translate", "--checkpoint", str(run_folder),
+                             "--input", str(tmp_path / "bad.txt")], capture_output=True, text=True)
+    assert result.returncode == 1 and "Traceback" not in result.stderr
+    assert result.stderr.strip() == f"error: {tmp_path / 'bad.txt'} is not UTF-8 text: byte 0xff on line 3"
+
+
 def test_translate_files_with_a_progress_bar(run_folder, tmp_path, capsys):
     source = tmp_path / "in.en"
     source.write_text("one\ntwo\nthree\n")

@@ -173,3 +173,13 @@ def test_translate_reports_progress():
     seen = []
     translate(model, tokenizer, ["one"] * 5, beam_size=2, batch_size=2, progress=seen.append)
     assert seen == [2, 2, 1]
+
+
+def test_translate_refuses_a_string_and_a_batch_size_below_one():
+    tokenizer = train_tokenizer(iter(["a b c", "x y z"] * 10), vocab_size=30)
+    model = Transformer(TransformerConfig(src_vocab_size=30, tgt_vocab_size=30, d_model=16, n_heads=2, d_ff=32,
+                                          n_layers=1))
+    with pytest.raises(TypeError, match=r"a list of strings; got one string \(pass \[text\]\)"):
+        translate(model, tokenizer, "a b c")
+    with pytest.raises(ValueError, match="batch_size must be a positive number of sentences; got 0"):
+        translate(model, tokenizer, ["a b c"], batch_size=0)

@@ -274,15 +274,31 @@ def _write_atomically(path: str, lines: list[str]) -> None:
         temporary.unlink(missing_ok=True)
 
 
+def _lines(data: bytes, source: str) -> list[str]:
+    """UTF-8 lines split on "\\n" only, one trailing "\\r" stripped: str.splitlines would
+    also split on form feeds, U+2028 and others, and misalign input and output lines."""
+    try:
+        text = data.decode("utf-8")
+    except UnicodeDecodeError as error:
+        line = data[: error.start].count(b"\n") + 1
+        raise ValueError(
+            f"{source} is not UTF-8 text: byte {data[error.start]:#04x} on line {line}"
+        ) from error
+    lines = text.split("\n")
+    if lines[-1] == "":  # the newline that ends the last line
+        lines.pop()
+    return [line.removesuffix("\r") for line in lines]
+
+
 def _translate(args: argparse.Namespace) -> int:
+    if args.input:
+        with open(args.input, "rb") as file:
+            sentences = _lines(file.read(), args.input)
+    else:
+        sentences = _lines(sys.stdin.buffer.read(), "standard input")
     model, tokenizer = load_model(
         _checkpoint(args.checkpoint), pick_device(args.device)
     )
-    if args.input:
-        with open(args.input, encoding="utf-8") as file:
-            sentences = file.read().splitlines()
-    else:
-        sentences = sys.stdin.read().splitlines()
     with tqdm(total=len(sentences), unit="sentence", disable=not args.input) as bar:
         outputs = translate(
             model,
@@ -293,6 +309,7 @@ def _translate(args: argparse.Namespace) -> int:
             args.batch_size,
             bar.update,
         )
+    outputs = [" ".join(line.splitlines()) for line in outputs]  # one line each
     if args.output:
         _write_atomically(args.output, outputs)
     else:

@@ -190,6 +190,14 @@ def translate(
 
     progress(n) is called after each batch with the number of sentences it translated.
     """
+    if isinstance(sentences, str):  # it would translate each character
+        raise TypeError(
+            "sentences must be a list of strings; got one string (pass [text])"
+        )
+    if batch_size < 1:
+        raise ValueError(
+            f"batch_size must be a positive number of sentences; got {batch_size}"
+        )
     was_training = model.training
     model.eval()
     device = next(model.parameters()).device
