@@ -291,14 +291,14 @@ def _lines(data: bytes, source: str) -> list[str]:
 
 
 def _translate(args: argparse.Namespace) -> int:
+    model, tokenizer = load_model(
+        _checkpoint(args.checkpoint), pick_device(args.device)
+    )
     if args.input:
         with open(args.input, "rb") as file:
             sentences = _lines(file.read(), args.input)
     else:
         sentences = _lines(sys.stdin.buffer.read(), "standard input")
-    model, tokenizer = load_model(
-        _checkpoint(args.checkpoint), pick_device(args.device)
-    )
     with tqdm(total=len(sentences), unit="sentence", disable=not args.input) as bar:
         outputs = translate(
             model,
