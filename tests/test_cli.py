@@ -48,6 +48,51 @@ def run_folder(tiny_corpus, tmp_path):
     return out
 
 
+def _train_args(corpus, out, *more):
+    return ["train", "--data", str(corpus), "--max-steps", "1", "--max-tokens", "200", "--vocab-size", "60",
+            "--precision", "fp32", "--out", str(out), *more]
+
+
+def test_a_used_out_folder_is_refused_unless_resumed_or_overwritten(run_folder, tiny_corpus):
+    before = {p.name: p.stat().st_mtime_ns for p in run_folder.iterdir()}
+    with pytest.raises(SystemExit, match=r"holds another run's files \(checkpoint-00000003.pt, metrics.jsonl"):
+        main(_train_args(tiny_corpus, run_folder))
+    assert {p.name: p.stat().st_mtime_ns for p in run_folder.iterdir()} == before, "nothing touched"
+    assert main(_train_args(tiny_corpus, run_folder, "--overwrite")) == 0
+    assert sorted(p.name for p in run_folder.glob("checkpoint-*")) == ["checkpoint-00000001.pt"]
+    steps = [json.loads(line)["step"] for line in (run_folder / "metrics.jsonl").read_text().splitlines()]
+    assert max(steps) == 1, "the old run's records were removed, not mixed with the new run's"
+
+
+def test_an_out_that_is_a_file_is_refused_before_the_corpus_is_read(tiny_corpus, tmp_path):
+    file = tmp_path / "file"
+    file.write_text("not a folder")
+    result = subprocess.run([sys.executable, "-m", "transformer", *_train_args(tiny_corpus, file),
+                             "--cache-dir", str(tmp_path / "cache")], capture_output=True, text=True)
+    assert (result.returncode, result.stderr) == (1, f"error: the output folder {file} is a file\n")
+    assert not (tmp_path / "cache").exists(), "refused before preparing the data"
+
+
+def test_a_folder_in_use_is_refused_and_freed_when_its_process_dies(run_folder):
+    holder = subprocess.Popen(  # another process that holds the folder's lock, as a running train does
+        [sys.executable, "-c", ("import fcntl, sys, time; f = open(sys.argv[1], 'a'); "
+                                "fcntl.flock(f, fcntl.LOCK_EX); print('locked', flush=True); time.sleep(120)"),
+         str(run_folder / ".lock")],
+        stdout=subprocess.PIPE, text=True)
+    try:
+        assert holder.stdout.readline() == "locked\n"
+        resume = [sys.executable, "-m", "transformer", "train", "--resume", str(run_folder), "--max-steps", "4",
+                  "--out", str(run_folder)]
+        result = subprocess.run(resume, capture_output=True, text=True)
+        assert result.returncode == 1 and f"is training in {run_folder}" in result.stderr, result.stderr
+        assert len(result.stderr.splitlines()) == 1 and not (run_folder / "checkpoint-00000004.pt").exists()
+    finally:
+        holder.kill()  # dies without unlocking: the kernel releases the lock
+        holder.wait()
+    assert subprocess.run(resume, capture_output=True, text=True).returncode == 0
+    assert (run_folder / "checkpoint-00000004.pt").exists()
+
+
 def test_translate_reads_stdin_and_writes_stdout(run_folder):
     result = subprocess.run([sys.executable, "-m", "transformer", "translate", "--checkpoint", str(run_folder),
                              "--beam", "2"], input="one\n\ntwenty-one ☃\n", capture_output=True, text=True)

@@ -17,6 +17,7 @@ from transformer import (
     load_corpus,
     load_model,
     save_checkpoint,
+    tokenized_bleu,
 )
 
 TINY = TransformerConfig(d_model=32, n_heads=4, d_ff=64, n_layers=1, dropout=0.0)
@@ -41,6 +42,21 @@ def test_bleu_matches_sacrebleu_on_the_same_strings():
     assert signature.startswith("nrefs:1|case:mixed|eff:no|tok:13a|smooth:exp|version:")
     assert corpus_bleu(references, references)[0] == pytest.approx(100.0)
     assert corpus_chrf(hypotheses, references) == pytest.approx(sacrebleu.corpus_chrf(hypotheses, [references]).score)
+
+
+def test_tokenized_bleu_follows_the_multi30k_script_on_hand_worked_sentences():
+    # task1-tokenize.sh: lowercase, normalise punctuation, Moses-tokenize (escaping); then
+    # multi-bleu.perl on the tokens. Worked by hand: French Moses splits "l'" off "homme", so
+    # both sides have 7 tokens, and p_n = 6/7, 4/6, 3/5, 2/4 with no brevity penalty.
+    score, signature = tokenized_bleu(["L'homme lit un livre rouge."], ["L'homme lit un livre bleu."], "fr")
+    assert score == pytest.approx(100 * (6 / 7 * 4 / 6 * 3 / 5 * 2 / 4) ** 0.25)
+    assert signature.startswith("lc|moses-norm+tok:fr|sacremoses:") and "tok:none" in signature
+    # case and spacing around punctuation do not count; under sacreBLEU (cased, 13a) they do
+    hypotheses, references = ['ein mann, der "läuft".', "zwei Hunde ."], ['Ein Mann , der "läuft".', "Zwei Hunde."]
+    assert tokenized_bleu(hypotheses, references, "de")[0] == pytest.approx(100.0)
+    assert corpus_bleu(hypotheses, references)[0] < 80
+    with pytest.raises(ValueError, match="one reference per hypothesis"):
+        tokenized_bleu(["a"], [], "de")
 
 
 def test_one_word_outputs_have_no_bleu_but_have_chrf():
@@ -103,6 +119,11 @@ def test_evaluate_scores_the_translations_it_returns(tiny_corpus, tmp_path):
     assert scores.bleu == corpus_bleu(hypotheses, references)[0]
     assert scores.exact_match == exact_match(hypotheses, references)
     assert scores.chrf == corpus_chrf(hypotheses, references)
+    assert scores.tokenized_bleu is None and "tokenized" not in str(scores)
     assert "BLEU" in str(scores) and scores.signature in str(scores)
+    scores, again = evaluate(trainer.model, trainer.data.tokenizer, pairs, beam_size=2, tgt_lang="de")
+    assert again == hypotheses
+    assert (scores.tokenized_bleu, scores.tokenized_signature) == tokenized_bleu(hypotheses, references, "de")
+    assert "lowercased tokenized BLEU" in str(scores)
     with pytest.raises(ValueError, match="at least one"):
         evaluate(trainer.model, trainer.data.tokenizer, [])

@@ -41,6 +41,15 @@ PRESETS: dict[str, tuple[dict, dict]] = {
             "eval_every": 200,
         },
     ),
+    "tiny": (
+        {"d_model": 128, "n_heads": 4, "d_ff": 256, "n_layers": 4, "dropout": 0.2},
+        {
+            "vocab_size": 8000,
+            "max_tokens": 4096,
+            "warmup_steps": 800,
+            "lr_scale": 1.5,
+        },
+    ),
     "base": ({}, {"vocab_size": 37000, "max_tokens": 25000, "warmup_steps": 4000}),
     "big": (
         {"d_model": 1024, "d_ff": 4096, "n_heads": 16, "dropout": 0.3},
@@ -59,18 +68,18 @@ def _add_train(commands: argparse._SubParsersAction) -> None:
         "train",
         help="train a model",
         description="Train an encoder-decoder Transformer. Example (the embedded corpus, on a CPU):\n"
-        "  python -m transformer train --preset small --max-minutes 10 --out runs/numbers\n"
-        "Multi30k files, English to German:\n"
+        "  python -m transformer train --max-minutes 10 --out runs/numbers\n"
+        "Multi30k files, English to German (the tiny preset):\n"
         "  python -m transformer train --data ../shared/data/multi30k --src en --tgt de "
-        "--vocab-size 8000 --max-minutes 30 --out runs/multi30k\n"
+        "--max-minutes 60 --out runs/multi30k\n"
         "Several GPUs: torchrun --standalone --nproc_per_node 8 -m transformer train --preset base ...",
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     train.add_argument(
         "--preset",
         choices=sorted(PRESETS),
-        default="small",
-        help="model and training preset (default: small)",
+        help="model and training preset (default: small for the embedded corpus, tiny for "
+        "files and hub datasets)",
     )
     train.add_argument(
         "--out", required=True, help="folder for checkpoints and metrics.jsonl"
@@ -79,6 +88,11 @@ def _add_train(commands: argparse._SubParsersAction) -> None:
         "--resume",
         metavar="PATH",
         help="continue from a checkpoint, or the newest one in a folder",
+    )
+    train.add_argument(
+        "--overwrite",
+        action="store_true",
+        help="delete another run's checkpoints and metrics in --out first (otherwise refused)",
     )
     data = train.add_argument_group("data")
     _add_data_options(data)
@@ -160,16 +174,19 @@ def _train(args: argparse.Namespace) -> int:
         if getattr(args, f.name, None) is not None
     }
     if args.resume:
-        trainer = Trainer.resume(args.resume, out=args.out, **given)
+        trainer = Trainer.resume(args.resume, args.out, args.overwrite, **given)
     else:
-        model_overrides, training_defaults = PRESETS[args.preset]
+        preset = args.preset or (
+            "small" if given.get("data", "numbers") == "numbers" else "tiny"
+        )
+        model_overrides, training_defaults = PRESETS[preset]
         if "max_steps" not in given and "max_minutes" not in given:
             raise SystemExit(
                 "error: say when to stop: --max-steps N and/or --max-minutes M"
             )
         config = TrainingConfig(**{**training_defaults, **given})
         trainer = Trainer.from_config(
-            TransformerConfig(**model_overrides), config, args.out
+            TransformerConfig(**model_overrides), config, args.out, None, args.overwrite
         )
     if trainer.rank == 0:
         n_parameters = sum(p.numel() for p in trainer.model.parameters())
@@ -330,7 +347,14 @@ def _evaluate(args: argparse.Namespace) -> int:
     pairs = corpus.splits[args.split][: args.limit]
     with tqdm(total=len(pairs), unit="sentence") as bar:
         scores, hypotheses = evaluate(
-            model, tokenizer, pairs, args.beam, args.alpha, args.batch_size, bar.update
+            model,
+            tokenizer,
+            pairs,
+            args.beam,
+            args.alpha,
+            args.batch_size,
+            bar.update,
+            tgt_lang=args.tgt_lang or "de",
         )
     if args.output:
         _write_atomically(args.output, hypotheses)
@@ -390,7 +414,7 @@ def main(argv: list[str] | None = None) -> int:
     }
     try:
         return run[args.command](args)
-    except (FileNotFoundError, ValueError) as error:
+    except (OSError, ValueError) as error:  # bad input, a refused folder, a full disk
         raise SystemExit(f"error: {error}") from error
 
 

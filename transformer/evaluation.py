@@ -6,9 +6,11 @@ from __future__ import annotations
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from importlib.metadata import version
 from pathlib import Path
 
 from sacrebleu.metrics import BLEU, CHRF
+from sacremoses import MosesPunctNormalizer, MosesTokenizer
 from tokenizers import Tokenizer
 
 from transformer.decoding import translate
@@ -45,6 +47,27 @@ def exact_match(hypotheses: Sequence[str], references: Sequence[str]) -> float:
     """Fraction of hypotheses identical to their reference."""
     _check_pairs(hypotheses, references)
     return sum(h == r for h, r in zip(hypotheses, references)) / len(references)
+
+
+def tokenized_bleu(
+    hypotheses: Sequence[str], references: Sequence[str], lang: str
+) -> tuple[float, str]:
+    """BLEU as Multi30k papers report it: hypotheses and references lowercased, punctuation
+    normalised and Moses-tokenized for language `lang` (the dataset's task1-tokenize.sh, with
+    sacremoses), then scored on those tokens as multi-bleu.perl does. Returns the score and
+    a signature of the steps."""
+    _check_pairs(hypotheses, references)
+    normalizer, tokenizer = MosesPunctNormalizer(lang), MosesTokenizer(lang)
+
+    def moses(text: str) -> str:
+        return tokenizer.tokenize(normalizer.normalize(text.lower()), return_str=True)
+
+    metric = BLEU(tokenize="none", force=True)
+    score = metric.corpus_score(
+        [moses(h) for h in hypotheses], [[moses(r) for r in references]]
+    )
+    steps = f"lc|moses-norm+tok:{lang}|sacremoses:{version('sacremoses')}"
+    return score.score, f"{steps}|{metric.get_signature()}"
 
 
 def last_checkpoints(folder: str | Path, n: int) -> list[Path]:
@@ -89,19 +112,29 @@ def average_checkpoints(paths: Sequence[str | Path]) -> dict:
 
 @dataclass
 class Scores:
-    """BLEU (with its sacreBLEU signature), chrF and exact match of one decoding of a test set."""
+    """Scores of one decoding of a test set: sacreBLEU (with its signature), the
+    lowercased tokenized BLEU of Multi30k papers (None when no target language was given),
+    chrF and exact match."""
 
     bleu: float
     signature: str
+    tokenized_bleu: float | None
+    tokenized_signature: str | None
     chrf: float
     exact_match: float
     sentences: int
     seconds: float
 
     def __str__(self) -> str:
+        tokenized = (
+            ""
+            if self.tokenized_bleu is None
+            else f", lowercased tokenized BLEU {self.tokenized_bleu:.2f}"
+        )
         return (
-            f"BLEU {self.bleu:.2f}, chrF {self.chrf:.2f}, exact match {self.exact_match:.1%} "
-            f"on {self.sentences} sentences, decoded in {self.seconds:.1f} s ({self.signature})"
+            f"BLEU {self.bleu:.2f}{tokenized}, chrF {self.chrf:.2f}, exact match "
+            f"{self.exact_match:.1%} on {self.sentences} sentences, decoded in "
+            f"{self.seconds:.1f} s ({self.signature})"
         )
 
 
@@ -113,8 +146,10 @@ def evaluate(
     alpha: float = 0.6,
     batch_size: int = 64,
     progress: Callable[[int], object] | None = None,
+    tgt_lang: str | None = None,
 ) -> tuple[Scores, list[str]]:
-    """Translate the sources of (source, reference) pairs and score the translations."""
+    """Translate the sources of (source, reference) pairs and score the translations;
+    tgt_lang (a Moses language code such as "de") adds the lowercased tokenized BLEU."""
     if not pairs:
         raise ValueError("evaluate needs at least one (source, reference) pair")
     started = time.perf_counter()
@@ -124,11 +159,25 @@ def evaluate(
     seconds = time.perf_counter() - started
     references = [r for _, r in pairs]
     bleu, signature = corpus_bleu(hypotheses, references)
+    tokenized, tokenized_signature = (
+        (None, None)
+        if tgt_lang is None
+        else tokenized_bleu(hypotheses, references, tgt_lang)
+    )
     chrf, exact = corpus_chrf(hypotheses, references), exact_match(
         hypotheses, references
     )
-    scores = Scores(bleu, signature, chrf, exact, len(pairs), seconds)
+    scores = Scores(
+        bleu,
+        signature,
+        tokenized,
+        tokenized_signature,
+        chrf,
+        exact,
+        len(pairs),
+        seconds,
+    )
     return scores, hypotheses
 
 
-__all__ = ['corpus_bleu', 'corpus_chrf', 'exact_match', 'last_checkpoints', 'average_checkpoints', 'Scores', 'evaluate']
+__all__ = ['corpus_bleu', 'corpus_chrf', 'exact_match', 'tokenized_bleu', 'last_checkpoints', 'average_checkpoints', 'Scores', 'evaluate']

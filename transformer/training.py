@@ -18,6 +18,7 @@ import torch.distributed as dist
 import torch.nn.functional as F
 from tokenizers import Tokenizer
 from torch import Tensor, nn
+from torch.nn.attention import SDPBackend, sdpa_kernel
 from tqdm import tqdm
 
 from transformer.data import (
@@ -114,6 +115,52 @@ def load_model(
     model = Transformer(TransformerConfig(**state["model_config"]))
     model.load_state_dict(state["model"])
     return model.to(device).eval(), Tokenizer.from_str(state["tokenizer"])
+
+
+def check_output_folder(
+    out: Path, own: bool = False, overwrite: bool = False, remove: bool = False
+) -> None:
+    """Raise unless `out` can hold this run's files: not a file, writable, and without
+    another run's checkpoints or metrics (own: this run resumes from `out`). With overwrite
+    and remove, another run's files are deleted."""
+    if out.exists() and not out.is_dir():
+        raise NotADirectoryError(f"the output folder {out} is a file")
+    out.mkdir(parents=True, exist_ok=True)
+    if not os.access(out, os.W_OK | os.X_OK):
+        raise PermissionError(f"the output folder {out} is not writable")
+    found = sorted(out.glob("checkpoint-*.pt*")) + sorted(out.glob("metrics.jsonl"))
+    if found and not own and not overwrite:
+        raise FileExistsError(
+            f"{out} holds another run's files ({', '.join(p.name for p in found[-2:])}, "
+            f"{len(found)} in all): continue it with --resume {out}, choose another --out, "
+            "or give --overwrite to delete them first"
+        )
+    if found and not own and remove:
+        for path in found:
+            path.unlink()
+
+
+@contextlib.contextmanager
+def folder_lock(out: Path) -> Iterator[None]:
+    """Hold an exclusive lock on out/.lock (POSIX flock), or raise BlockingIOError naming
+    the process that holds it."""
+    import fcntl  # POSIX only: the lock is where the run is, on Linux and macOS
+
+    with open(out / ".lock", "a+") as file:
+        try:
+            fcntl.flock(file, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            file.seek(0)
+            raise BlockingIOError(
+                f"another run (process {file.read().strip() or '?'}) is training in {out}"
+            ) from None
+        file.truncate(0)
+        file.write(f"{os.getpid()}\n")
+        file.flush()
+        try:
+            yield
+        finally:
+            fcntl.flock(file, fcntl.LOCK_UN)
 
 
 def pick_device(device: str = "auto") -> torch.device:
@@ -266,6 +313,7 @@ class Trainer:
     """Trains `model` on `data` (see prepare_data) as `config` says; outputs go to `out`.
 
     optimizer and schedule default to make_optimizer's Adam and the paper's schedule.
+    overwrite: delete another run's files in `out` before training (see check_output_folder).
     """
 
     def __init__(
@@ -276,8 +324,10 @@ class Trainer:
         out: str | Path,
         optimizer: torch.optim.Optimizer | None = None,
         schedule: torch.optim.lr_scheduler.LRScheduler | None = None,
+        overwrite: bool = False,
     ):
         self.config, self.out, self.data = config, Path(out), data
+        self.overwrite, self.owns_out = overwrite, False  # owns_out: out holds this run
         self.device = pick_device(config.device)
         self.rank, self.world_size = init_distributed(self.device)
         vocab = data.tokenizer.get_vocab_size()
@@ -336,9 +386,15 @@ class Trainer:
         config: TrainingConfig,
         out: str | Path,
         state: dict | None = None,
+        overwrite: bool = False,
+        resumed_from: Path | None = None,
     ) -> Trainer:
-        """Prepare the data, build the model (vocabulary from the tokenizer), and a Trainer."""
-        init_distributed(pick_device(config.device))  # rank 0 prepares the data first
+        """Check the output folder, prepare the data, build the model (vocabulary from the
+        tokenizer), and a Trainer. resumed_from: the folder of the checkpoint `state`.
+        """
+        own = resumed_from is not None and resumed_from.resolve() == Path(out).resolve()
+        if init_distributed(pick_device(config.device))[0] == 0:  # rank 0 writes
+            check_output_folder(Path(out), own, overwrite)
         tokenizer = (
             Tokenizer.from_str(state["tokenizer"]) if state is not None else None
         )
@@ -355,16 +411,22 @@ class Trainer:
             model_config, src_vocab_size=vocab, tgt_vocab_size=vocab, pad_id=PAD
         )
         torch.manual_seed(config.seed)  # the same initial model on every rank
-        trainer = cls(Transformer(model_config), data, config, out)
+        trainer = cls(Transformer(model_config), data, config, out, overwrite=overwrite)
+        trainer.owns_out = own
         if state is not None:
             trainer._load_state(state)
         return trainer
 
     @classmethod
     def resume(
-        cls, path: str | Path, out: str | Path | None = None, **overrides
+        cls,
+        path: str | Path,
+        out: str | Path | None = None,
+        overwrite: bool = False,
+        **overrides,
     ) -> Trainer:
-        """Continue the run of a checkpoint (or of the newest checkpoint in a folder)."""
+        """Continue the run of a checkpoint (or of the newest checkpoint in a folder), in
+        its folder or in `out`."""
         path = Path(path)
         if path.is_dir():
             found = sorted(path.glob("checkpoint-*.pt"))
@@ -379,7 +441,9 @@ class Trainer:
             )
         config = replace(TrainingConfig(**state["training_config"]), **overrides)
         model_config = TransformerConfig(**state["model_config"])
-        return cls.from_config(model_config, config, out or path.parent, state)
+        return cls.from_config(
+            model_config, config, out or path.parent, state, overwrite, path.parent
+        )
 
     def _load_state(self, state: dict) -> None:
         if len(state["rng"]) != self.world_size:
@@ -447,9 +511,17 @@ class Trainer:
             return contextlib.nullcontext()
         return torch.autocast(self.device.type, dtype=self.dtype)
 
+    def _attention_kernel(self) -> contextlib.AbstractContextManager:
+        """On a CPU, PyTorch's fused attention kernel is slower in the backward pass than the
+        written-out softmax(QK^T / sqrt(d_k)) V for sentence-length inputs (see 'Where a step's
+        time goes'), so training there uses the written-out one."""
+        if self.device.type != "cpu":
+            return contextlib.nullcontext()
+        return sdpa_kernel(SDPBackend.MATH)
+
     def _loss(self, src: Tensor, tgt_in: Tensor, tgt_out: Tensor) -> Tensor:
         """The summed label-smoothed loss of one batch (what torch.compile compiles)."""
-        with self._autocast():
+        with self._autocast(), self._attention_kernel():
             logits = self.network(src, tgt_in, check_ids=False)
         return label_smoothed_loss(logits, tgt_out, self.config.label_smoothing)
 
@@ -517,8 +589,15 @@ class Trainer:
 
     def fit(self, progress: bool = True) -> dict[str, float]:
         """Train until max_steps or max_minutes; returns the last metrics. Ctrl-C saves a
-        checkpoint first. The loop is train_loop, below."""
-        return train_loop(self, progress)
+        checkpoint first. The loop is train_loop, below; rank 0 holds the folder's lock.
+        """
+        if self.rank != 0:
+            return train_loop(self, progress)
+        check_output_folder(self.out, self.owns_out, self.overwrite)
+        with folder_lock(self.out):
+            check_output_folder(self.out, self.owns_out, self.overwrite, remove=True)
+            self.owns_out = True
+            return train_loop(self, progress)
 
     def _log(self, record: dict) -> None:
         if self.rank == 0:
@@ -619,4 +698,4 @@ def train_loop(trainer: Trainer, progress: bool = True) -> dict[str, float]:
     return {**metrics, **final}
 
 
-__all__ = ['learning_rate', 'make_optimizer', 'label_smoothed_loss', 'save_checkpoint', 'load_checkpoint', 'load_model', 'pick_device', 'cpu_bf16_speedup', 'check_precision', 'autocast_dtype', 'TrainingConfig', 'init_distributed', 'validation_loss', 'Trainer', 'train_loop']
+__all__ = ['learning_rate', 'make_optimizer', 'label_smoothed_loss', 'save_checkpoint', 'load_checkpoint', 'load_model', 'check_output_folder', 'folder_lock', 'pick_device', 'cpu_bf16_speedup', 'check_precision', 'autocast_dtype', 'TrainingConfig', 'init_distributed', 'validation_loss', 'Trainer', 'train_loop']
