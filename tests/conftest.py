@@ -24,9 +24,18 @@ def data_cache(tmp_path_factory):
 @pytest.fixture
 def tiny_corpus(tmp_path):
     """A folder of 64 English-German number pairs in parallel files."""
+    return _write_tiny_corpus(tmp_path / "corpus")
+
+
+@pytest.fixture(scope="module")
+def tiny_corpus_module(tmp_path_factory):
+    """The same folder, shared by the tests of a module that only read it."""
+    return _write_tiny_corpus(tmp_path_factory.mktemp("module") / "corpus")
+
+
+def _write_tiny_corpus(folder):
     from num2words import num2words
 
-    folder = tmp_path / "corpus"
     folder.mkdir()
     numbers = list(range(1, 65))
     for split, chosen in {"train": numbers, "val": numbers[:8]}.items():

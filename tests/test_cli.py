@@ -1,5 +1,6 @@
 """Tests of transformer/cli.py (book/cli.md) and `python -m transformer`."""
 
+import io
 import json
 import subprocess
 import sys
@@ -171,3 +172,48 @@ def test_average_a_folder_or_files(run_folder, tmp_path, capsys):
     with pytest.raises(SystemExit, match="asked for the last 9"):
         main(["average", str(run_folder), "--last", "9", "--out", str(tmp_path / "c.pt")])
     assert not (tmp_path / "c.pt").exists()
+
+
+BAD_INPUTS = [  # (arguments after the command, what the one-line answer must say)
+    (["train", "--max-steps", "-5"], "argument --max-steps: expected an integer > 0, got -5"),
+    (["train", "--max-steps", "1", "--lr-scale", "-1"], "argument --lr-scale: expected a finite number > 0, got -1"),
+    (["train", "--max-minutes", "inf"], "argument --max-minutes: expected a finite number > 0, got inf"),
+    (["train", "--max-steps", "1", "--checkpoint-minutes", "0"], "expected a finite number > 0, got 0"),
+    (["train", "--max-steps", "1", "--label-smoothing", "1"], "label_smoothing must be in [0, 1); got 1.0"),
+    (["train", "--max-steps", "1", "--vocab-size", "3", "--out", "{tmp}/new"], "vocab_size=3 is too small"),
+    (["train", "--max-steps", "1", "--device", "banana"], "unknown device 'banana'"),
+    (["train", "--max-steps", "1", "--device", "cuda:99"], "device 'cuda:99' asked for; this machine has"),
+    (["translate", "--beam", "0"], "argument --beam: expected an integer > 0, got 0"),
+    (["translate", "--alpha", "nan"], "argument --alpha: expected a finite number >= 0, got nan"),
+    (["translate", "--alpha", "-1"], "argument --alpha: expected a finite number >= 0, got -1"),
+    (["translate", "--batch-size", "0"], "argument --batch-size: expected an integer > 0, got 0"),
+    (["evaluate", "--limit", "-18"], "argument --limit: expected an integer > 0, got -18"),
+    (["evaluate", "--split", "dev"], "the corpus has no split 'dev'"),
+    (["average", "--last", "0", "--out", "{tmp}/a.pt"], "argument --last: expected an integer > 0, got 0"),
+    (["average", "--last", "1", "--out", "{tmp}"], "is a folder; give the file to write"),
+]
+
+
+@pytest.fixture(scope="module")
+def shared_run(tiny_corpus_module, tmp_path_factory):
+    out = tmp_path_factory.mktemp("shared") / "run"
+    assert main(_train_args(tiny_corpus_module, out)) == 0
+    return out
+
+
+@pytest.mark.parametrize(("args", "expected"), BAD_INPUTS, ids=[" ".join(a) for a, _ in BAD_INPUTS])
+def test_bad_input_gets_one_line_and_changes_nothing(shared_run, tiny_corpus_module, tmp_path, args, expected,
+                                                     capsys, monkeypatch):
+    command, *rest = [a.format(tmp=tmp_path) for a in args]
+    where = {"train": ["--data", str(tiny_corpus_module), *([] if "--out" in rest else ["--out", str(shared_run)])],
+             "translate": ["--checkpoint", str(shared_run)],
+             "evaluate": ["--checkpoint", str(shared_run), "--data", str(tiny_corpus_module)],
+             "average": [str(shared_run)]}[command]
+    monkeypatch.setattr("sys.stdin", io.TextIOWrapper(io.BytesIO(b"one\n")))
+    before = sorted((p.name, p.stat().st_mtime_ns) for p in [*tmp_path.rglob("*"), *shared_run.rglob("*")])
+    with pytest.raises(SystemExit) as exit:
+        main([command, *where, *rest])
+    printed = capsys.readouterr().err.splitlines()
+    line = exit.value.code if isinstance(exit.value.code, str) else printed[-1]  # argparse: usage, then error
+    assert "\n" not in line and expected in line and "error: " in line, line
+    assert sorted((p.name, p.stat().st_mtime_ns) for p in [*tmp_path.rglob("*"), *shared_run.rglob("*")]) == before

@@ -1,9 +1,14 @@
 """Tests of transformer/training.py (book/training.md)."""
 
+import json
 import math
 import os
 import pathlib
+import signal
 import socket
+import subprocess
+import sys
+import time
 
 import pytest
 import torch
@@ -141,21 +146,58 @@ def test_truncated_and_foreign_checkpoints_raise_clear_errors(tmp_path):
         load_checkpoint(tmp_path / "missing.pt")
 
 
-def test_interrupt_saves_a_checkpoint_that_resumes(tiny_corpus, tmp_path, monkeypatch):
-    trainer = Trainer.from_config(TINY, _config(tiny_corpus), tmp_path / "run")
-    original, calls = trainer.train_step, []
+def test_ctrl_c_mid_step_finishes_the_step_and_resumes_exactly(tiny_corpus, tmp_path):
+    whole = Trainer.from_config(TINY, _config(tiny_corpus, max_tokens=200), tmp_path / "whole")
+    whole.fit(progress=False)
+    trainer = Trainer.from_config(TINY, _config(tiny_corpus, max_tokens=200), tmp_path / "run")
+    original, calls = trainer.forward_loss, []
 
-    def interrupted():
+    def ctrl_c_in_step_4(*batch):
         calls.append(1)
-        if len(calls) == 4:
-            raise KeyboardInterrupt
-        return original()
+        if len(calls) == 4:  # after the step took its batch, before the update
+            os.kill(os.getpid(), signal.SIGINT)
+        return original(*batch)
 
-    monkeypatch.setattr(trainer, "train_step", interrupted)
-    with pytest.raises(KeyboardInterrupt):
-        trainer.fit(progress=False)
-    assert (tmp_path / "run" / "checkpoint-00000003.pt").exists()
-    assert Trainer.resume(tmp_path / "run").step == 3
+    trainer.forward_loss = ctrl_c_in_step_4
+    result = trainer.fit(progress=False)
+    assert result["interrupted"] == signal.SIGINT and result["step"] == 4
+    assert signal.getsignal(signal.SIGINT) is signal.default_int_handler, "the handler is restored"
+    resumed = Trainer.resume(tmp_path / "run")
+    assert resumed.step == 4
+    resumed.fit(progress=False)
+    for (name, a), b in zip(whole.model.state_dict().items(), resumed.model.state_dict().values()):
+        assert torch.equal(a, b), name
+    steps = [json.loads(line)["step"] for line in (tmp_path / "run" / "metrics.jsonl").read_text().splitlines()]
+    assert steps == sorted(steps), "one record per step, in order"
+
+
+@pytest.mark.slow
+def test_killed_at_any_moment_a_resumed_run_ends_as_the_uninterrupted_one(tiny_corpus, tmp_path):
+    """Crash safety as databases test it: real processes stopped by SIGINT, SIGTERM or SIGKILL
+    at several moments (checkpoints are written every step, so some kills land in a write),
+    resumed until done, compared with a run that was never stopped."""
+    def train(out, *more):
+        return [sys.executable, "-m", "transformer", "train", "--data", str(tiny_corpus), "--vocab-size", "60",
+                "--max-tokens", "200", "--max-steps", "12", "--checkpoint-every", "1", "--keep-checkpoints", "3",
+                "--precision", "fp32", "--eval-every", "5", "--out", str(out), *more]
+    env = {**os.environ, "OMP_NUM_THREADS": "1"}
+    subprocess.run(train(tmp_path / "whole"), check=True, capture_output=True, env=env)
+    expected = load_checkpoint(tmp_path / "whole" / "checkpoint-00000012.pt")["model"]
+    for number, (how, after) in enumerate([(signal.SIGINT, 3), (signal.SIGTERM, 6), (signal.SIGKILL, 2),
+                                           (signal.SIGKILL, 7), (signal.SIGKILL, 10)]):
+        out = tmp_path / f"run-{number}"
+        process = subprocess.Popen(train(out), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=env)
+        while not list(out.glob("checkpoint-*.pt")) or max(out.glob("checkpoint-*.pt")).name < f"checkpoint-{after:08d}.pt":
+            assert process.poll() is None, "the run ended before it could be stopped"
+            time.sleep(0.01)
+        process.send_signal(how)
+        assert process.wait() == (-9 if how == signal.SIGKILL else 128 + how)
+        while not (out / "checkpoint-00000012.pt").exists():
+            subprocess.run(train(out, "--resume", str(out)), check=True, capture_output=True, env=env)
+        for name, weights in load_checkpoint(out / "checkpoint-00000012.pt")["model"].items():
+            assert torch.equal(weights, expected[name]), f"{how.name} after step {after}: {name} differs"
+        steps = [json.loads(line)["step"] for line in (out / "metrics.jsonl").read_text().splitlines()]
+        assert steps == sorted(steps) and not list(out.glob("*.tmp")), how.name
 
 
 def test_bad_training_configs_raise():

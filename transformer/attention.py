@@ -62,7 +62,9 @@ def causal_mask(
 
 
 def local_mask(n: int, r: int, device: torch.device | None = None) -> Tensor:
-    """True where |i - j| <= r: restricted self-attention over a neighbourhood of size r (§4)."""
+    """True where |i - j| <= r: restricted self-attention (§4) over the neighbourhood of
+    2r + 1 positions centred on each query (r is the half-width; the paper's size is 2r + 1).
+    """
     if r < 0:
         raise ValueError(f"the neighbourhood r must be >= 0; got {r}")
     position = torch.arange(n, device=device)

@@ -5,8 +5,10 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import os
 import sys
+from collections.abc import Callable
 from dataclasses import asdict, fields
 from pathlib import Path
 
@@ -63,6 +65,22 @@ PRESETS: dict[str, tuple[dict, dict]] = {
 }
 
 
+def _number(kind: type, zero: bool = False) -> Callable[[str], int | float]:
+    """An argparse type: a finite value of `kind` (int or float), > 0 (>= 0 with zero)."""
+    what = f"{'an integer' if kind is int else 'a finite number'} {'>= 0' if zero else '> 0'}"
+
+    def parse(text: str) -> int | float:
+        try:
+            value = kind(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"expected {what}, got {text!r}") from None
+        if not (math.isfinite(value) and (value >= 0 if zero else value > 0)):
+            raise argparse.ArgumentTypeError(f"expected {what}, got {text}")
+        return value
+
+    return parse
+
+
 def _add_train(commands: argparse._SubParsersAction) -> None:
     train = commands.add_parser(
         "train",
@@ -97,27 +115,35 @@ def _add_train(commands: argparse._SubParsersAction) -> None:
     data = train.add_argument_group("data")
     _add_data_options(data)
     data.add_argument(
-        "--vocab-size", type=int, help="size of the shared BPE vocabulary"
+        "--vocab-size", type=_number(int), help="size of the shared BPE vocabulary"
     )
     run = train.add_argument_group("run")
-    run.add_argument("--max-steps", type=int, help="stop after this many updates")
     run.add_argument(
-        "--max-minutes", type=float, help="stop after this much training time"
+        "--max-steps", type=_number(int), help="stop after this many updates"
+    )
+    run.add_argument(
+        "--max-minutes", type=_number(float), help="stop after this much training time"
     )
     run.add_argument(
         "--max-tokens",
-        type=int,
+        type=_number(int),
         help="tokens per update and side, over all processes and accumulated batches "
         "(paper: 25000)",
     )
     run.add_argument(
-        "--accumulate", type=int, help="batches per update (gradient accumulation)"
+        "--accumulate",
+        type=_number(int),
+        help="batches per update (gradient accumulation)",
     )
     run.add_argument(
-        "--warmup-steps", type=int, help="warm-up steps of the schedule (paper: 4000)"
+        "--warmup-steps",
+        type=_number(int),
+        help="warm-up steps of the schedule (paper: 4000)",
     )
     run.add_argument(
-        "--lr-scale", type=float, help="multiplier of the paper's learning-rate curve"
+        "--lr-scale",
+        type=_number(float),
+        help="multiplier of the paper's learning-rate curve",
     )
     run.add_argument("--label-smoothing", type=float, help="epsilon_ls (paper: 0.1)")
     run.add_argument(
@@ -137,18 +163,22 @@ def _add_train(commands: argparse._SubParsersAction) -> None:
         "~/.cache/transformer)",
     )
     run.add_argument("--seed", type=int)
-    run.add_argument("--log-every", type=int, help="log the loss every N steps")
-    run.add_argument("--eval-every", type=int, help="validate every N steps")
+    run.add_argument(
+        "--log-every", type=_number(int), help="log the loss every N steps"
+    )
+    run.add_argument("--eval-every", type=_number(int), help="validate every N steps")
     run.add_argument(
         "--checkpoint-minutes",
-        type=float,
+        type=_number(float),
         help="write a checkpoint every N minutes (paper: 10)",
     )
     run.add_argument(
-        "--checkpoint-every", type=int, help="also write a checkpoint every N steps"
+        "--checkpoint-every",
+        type=_number(int),
+        help="also write a checkpoint every N steps",
     )
     run.add_argument(
-        "--keep-checkpoints", type=int, help="keep the newest N checkpoints"
+        "--keep-checkpoints", type=_number(int), help="keep the newest N checkpoints"
     )
 
 
@@ -198,8 +228,10 @@ def _train(args: argparse.Namespace) -> int:
         )
     try:
         result = trainer.fit()
-    except KeyboardInterrupt:
+    except KeyboardInterrupt:  # a second Ctrl-C: the last checkpoint written stands
         return 130
+    if "interrupted" in result:
+        return 128 + result["interrupted"]  # the shell's status for a signal
     if trainer.rank == 0:
         summary = f"done: {result['step']} steps in {result['minutes']:.1f} min"
         if "val_loss" in result:
@@ -217,13 +249,22 @@ def _add_decoding_options(parser: argparse.ArgumentParser) -> None:
         help="a checkpoint file, or a training folder (its newest checkpoint)",
     )
     parser.add_argument(
-        "--beam", type=int, default=4, help="beam size; 1 decodes greedily (default: 4)"
+        "--beam",
+        type=_number(int),
+        default=4,
+        help="beam size; 1 decodes greedily (default: 4)",
     )
     parser.add_argument(
-        "--alpha", type=float, default=0.6, help="length penalty (default: 0.6)"
+        "--alpha",
+        type=_number(float, zero=True),
+        default=0.6,
+        help="length penalty (default: 0.6)",
     )
     parser.add_argument(
-        "--batch-size", type=int, default=64, help="sentences per batch (default: 64)"
+        "--batch-size",
+        type=_number(int),
+        default=64,
+        help="sentences per batch (default: 64)",
     )
     parser.add_argument(
         "--device", default="auto", help="auto (default), cpu, cuda, mps"
@@ -257,7 +298,9 @@ def _add_use(commands: argparse._SubParsersAction) -> None:
         "--split", default="test", help="test (default), val or train"
     )
     evaluate.add_argument(
-        "--limit", type=int, help="score only the first N sentences of the split"
+        "--limit",
+        type=_number(int),
+        help="score only the first N sentences of the split",
     )
     evaluate.add_argument("--output", help="also write the translations to this file")
     evaluate.add_argument("--json", help="append the scores to this JSON-lines file")
@@ -273,7 +316,9 @@ def _add_use(commands: argparse._SubParsersAction) -> None:
         "checkpoints", nargs="+", help="checkpoint files, or one training folder"
     )
     average.add_argument(
-        "--last", type=int, help="with a folder: average its newest N checkpoints"
+        "--last",
+        type=_number(int),
+        help="with a folder: average its newest N checkpoints",
     )
     average.add_argument("--out", required=True, help="file to write the average to")
 
@@ -376,6 +421,8 @@ def _evaluate(args: argparse.Namespace) -> int:
 
 
 def _average(args: argparse.Namespace) -> int:
+    if Path(args.out).is_dir():
+        raise SystemExit(f"error: --out {args.out} is a folder; give the file to write")
     if len(args.checkpoints) == 1 and Path(args.checkpoints[0]).is_dir():
         paths = last_checkpoints(args.checkpoints[0], args.last or 5)
     elif args.last is not None:

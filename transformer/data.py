@@ -227,6 +227,12 @@ def train_tokenizer(texts: Iterator[str], vocab_size: int) -> Tokenizer:
         vocab_size=vocab_size, special_tokens=SPECIAL_TOKENS, show_progress=False
     )
     tokenizer.train_from_iterator(texts, trainer)
+    if tokenizer.get_vocab_size() > vocab_size:  # BPE cannot drop characters
+        raise ValueError(
+            f"vocab_size={vocab_size} is too small: this corpus needs "
+            f"{tokenizer.get_vocab_size()} tokens before any merge (its characters and "
+            f"the {len(SPECIAL_TOKENS)} special tokens)"
+        )
     return tokenizer
 
 

@@ -8,6 +8,8 @@ import functools
 import json
 import math
 import os
+import signal
+import threading
 import time
 from collections.abc import Iterator
 from dataclasses import asdict, dataclass, replace
@@ -83,6 +85,13 @@ def save_checkpoint(state: dict, path: str | Path) -> Path:
     try:
         torch.save({"format": CHECKPOINT_FORMAT, **state}, temporary)
         os.replace(temporary, path)
+    except (
+        OSError,
+        RuntimeError,
+    ) as error:  # torch reports a full disk as RuntimeError
+        raise OSError(
+            f"could not write {path} ({error}); the checkpoints written before it are intact"
+        ) from error
     finally:
         temporary.unlink(missing_ok=True)
     return path
@@ -125,9 +134,9 @@ def check_output_folder(
     and remove, another run's files are deleted."""
     if out.exists() and not out.is_dir():
         raise NotADirectoryError(f"the output folder {out} is a file")
-    out.mkdir(parents=True, exist_ok=True)
-    if not os.access(out, os.W_OK | os.X_OK):
-        raise PermissionError(f"the output folder {out} is not writable")
+    existing = next(p for p in [out, *out.parents] if p.exists())  # made later if new
+    if not existing.is_dir() or not os.access(existing, os.W_OK | os.X_OK):
+        raise PermissionError(f"the output folder {out} cannot be written ({existing})")
     found = sorted(out.glob("checkpoint-*.pt*")) + sorted(out.glob("metrics.jsonl"))
     if found and not own and not overwrite:
         raise FileExistsError(
@@ -164,9 +173,22 @@ def folder_lock(out: Path) -> Iterator[None]:
 
 
 def pick_device(device: str = "auto") -> torch.device:
-    """ "auto": CUDA, then MPS, then CPU; otherwise the named device."""
+    """ "auto": CUDA, then MPS, then CPU; otherwise the named device, which must be here."""
     if device != "auto":
-        return torch.device(device)
+        try:
+            chosen = torch.device(device)
+        except RuntimeError:
+            raise ValueError(
+                f"unknown device {device!r}: expected auto, cpu, cuda, cuda:N or mps"
+            ) from None
+        count = torch.cuda.device_count() if torch.cuda.is_available() else 0
+        if chosen.type == "cuda" and (chosen.index or 0) >= count:
+            raise ValueError(
+                f"device {device!r} asked for; this machine has {count} CUDA GPU(s)"
+            )
+        if chosen.type == "mps" and not torch.backends.mps.is_available():
+            raise ValueError(f"device {device!r} asked for; MPS is not available here")
+        return chosen
     if torch.cuda.is_available():
         return torch.device("cuda", int(os.environ.get("LOCAL_RANK", 0)))
     if torch.backends.mps.is_available():
@@ -251,19 +273,30 @@ class TrainingConfig:
             raise ValueError(
                 "set max_steps or max_minutes (or both): a run must know when to stop"
             )
-        positive = [
-            "vocab_size",
-            "max_tokens",
-            "accumulate",
-            "warmup_steps",
-            "log_every",
-        ]
-        positive += ["eval_every", "keep_checkpoints"]
-        if self.pad_multiple is not None:
-            positive.append("pad_multiple")
-        for name in positive:
-            if getattr(self, name) <= 0:
-                raise ValueError(f"{name} must be positive; got {getattr(self, name)}")
+        counts = ["vocab_size", "max_tokens", "accumulate", "warmup_steps", "log_every"]
+        counts += ["eval_every", "keep_checkpoints", "max_steps", "checkpoint_every"]
+        optional = ["max_steps", "checkpoint_every", "pad_multiple", "max_minutes"]
+        for name in [
+            *counts,
+            "pad_multiple",
+            "max_minutes",
+            "lr_scale",
+            "checkpoint_minutes",
+        ]:
+            value, integer = (
+                getattr(self, name),
+                name in counts or name == "pad_multiple",
+            )
+            if value is None and name in optional:
+                continue
+            kind = int if integer else (int, float)
+            if isinstance(value, bool) or not isinstance(value, kind) or not value > 0:
+                what = "a positive integer" if integer else "a positive finite number"
+                raise ValueError(f"{name} must be {what}; got {value!r}")
+            if not math.isfinite(value):
+                raise ValueError(
+                    f"{name} must be a positive finite number; got {value!r}"
+                )
         if self.prefetch < 0:
             raise ValueError(f"prefetch must be >= 0 batches; got {self.prefetch}")
         if not 0.0 <= self.label_smoothing < 1.0:
@@ -588,15 +621,27 @@ class Trainer:
         return sum(h == ref for h, (_, ref) in zip(hypotheses, pairs)) / len(pairs)
 
     def fit(self, progress: bool = True) -> dict[str, float]:
-        """Train until max_steps or max_minutes; returns the last metrics. Ctrl-C saves a
-        checkpoint first. The loop is train_loop, below; rank 0 holds the folder's lock.
-        """
+        """Train until max_steps or max_minutes; returns the last metrics. Ctrl-C stops after
+        the current step with a checkpoint. The loop is train_loop, below; rank 0 holds the
+        folder's lock, and forgets the metrics of steps a resumed run repeats."""
         if self.rank != 0:
             return train_loop(self, progress)
         check_output_folder(self.out, self.owns_out, self.overwrite)
+        self.out.mkdir(parents=True, exist_ok=True)
         with folder_lock(self.out):
             check_output_folder(self.out, self.owns_out, self.overwrite, remove=True)
             self.owns_out = True
+            metrics = self.out / "metrics.jsonl"
+            if metrics.exists():  # complete lines of the steps up to this one
+                lines = metrics.read_text(encoding="utf-8").splitlines(keepends=True)
+                kept = [
+                    x
+                    for x in lines
+                    if x.endswith("\n") and json.loads(x)["step"] <= self.step
+                ]
+                if kept != lines:
+                    metrics.with_name("metrics.jsonl.tmp").write_text("".join(kept))
+                    metrics.with_name("metrics.jsonl.tmp").replace(metrics)
             return train_loop(self, progress)
 
     def _log(self, record: dict) -> None:
@@ -624,13 +669,34 @@ class Trainer:
         return stop, due
 
 
+@contextlib.contextmanager
+def deferred_signals(enabled: bool = True) -> Iterator[list[int]]:
+    """Within the block, SIGINT and SIGTERM append their number to the yielded list instead
+    of interrupting; a second one raises KeyboardInterrupt. Off when not enabled, or off the
+    main thread (where Python cannot set handlers)."""
+    received: list[int] = []
+    if not enabled or threading.current_thread() is not threading.main_thread():
+        yield received
+        return
+
+    def handler(signum: int, frame: object) -> None:
+        if received:
+            raise KeyboardInterrupt
+        received.append(signum)
+
+    previous = {s: signal.signal(s, handler) for s in (signal.SIGINT, signal.SIGTERM)}
+    try:
+        yield received
+    finally:
+        for number, old in previous.items():
+            signal.signal(number, old)
+
+
 def train_loop(trainer: Trainer, progress: bool = True) -> dict[str, float]:
-    """Train until max_steps or max_minutes; returns the last metrics (Trainer.fit calls it)."""
-    started = last_checkpoint = window_start = time.perf_counter()
-    window = torch.zeros(
-        2, dtype=torch.float64, device=trainer.device
-    )  # loss sum, tokens
-    metrics: dict[str, float] = {}
+    """Train until max_steps, max_minutes or a signal; returns the last metrics (Trainer.fit
+    calls it). After SIGINT or SIGTERM the result has "interrupted": the signal's number.
+    """
+    started = time.perf_counter()
     bar = tqdm(
         total=trainer.config.max_steps,
         initial=trainer.step,
@@ -638,56 +704,22 @@ def train_loop(trainer: Trainer, progress: bool = True) -> dict[str, float]:
         disable=not progress or trainer.rank != 0,
     )
     try:
-        while True:
-            stop, checkpoint_due = trainer._decide(started, last_checkpoint)
-            if checkpoint_due and not stop:
-                trainer.save()
-                last_checkpoint = time.perf_counter()
-            if stop:
-                break
-            loss_sum, n_tokens = trainer.train_step()
-            window[0] += loss_sum
-            window[1] += n_tokens
-            bar.update(1)
-            if (
-                trainer.step % trainer.config.log_every == 0
-                or trainer.step == trainer.config.max_steps
-            ):
-                if trainer.world_size > 1:
-                    dist.all_reduce(window)
-                loss, tokens = window.tolist()  # the only read-back of the loss
-                metrics = {
-                    "step": trainer.step,
-                    "loss": loss / tokens,
-                    "lr": trainer.schedule.get_last_lr()[0],
-                    "tokens_per_s": tokens / (time.perf_counter() - window_start),
-                    "minutes": (time.perf_counter() - started) / 60,
-                }
-                bar.set_postfix(
-                    loss=f"{metrics['loss']:.3f}",
-                    lr=f"{metrics['lr']:.2e}",
-                    tok_s=f"{metrics['tokens_per_s']:,.0f}",
-                )
-                trainer._log(metrics)
-                window.zero_()
-                window_start = time.perf_counter()
-            if trainer.step % trainer.config.eval_every == 0:
-                evaluation = {"step": trainer.step, **trainer.validate()}
-                trainer._log(evaluation)
-                metrics = {**metrics, **evaluation}
-    except KeyboardInterrupt:
-        bar.close()
-        if trainer.world_size == 1:  # under torchrun the other ranks may be gone
-            print(
-                f"interrupted at step {trainer.step}; saved {trainer.save()}; "
-                f"continue with --resume {trainer.out}"
-            )
-        raise
+        with deferred_signals(trainer.world_size == 1) as received:
+            metrics = _run_steps(trainer, bar, started, received)
     finally:
+        bar.close()
         if trainer._stream is not None:
             trainer._stream.close()
             trainer._stream = None
-    bar.close()
+    if received:
+        saved = trainer.out / f"checkpoint-{trainer.step:08d}.pt"
+        if not saved.exists():
+            saved = trainer.save()
+        print(
+            f"interrupted at step {trainer.step}; saved {saved}; "
+            f"continue with --resume {trainer.out}"
+        )
+        return {**metrics, "step": trainer.step, "interrupted": received[0]}
     trainer.save()
     final = {
         "step": trainer.step,
@@ -698,4 +730,49 @@ def train_loop(trainer: Trainer, progress: bool = True) -> dict[str, float]:
     return {**metrics, **final}
 
 
-__all__ = ['learning_rate', 'make_optimizer', 'label_smoothed_loss', 'save_checkpoint', 'load_checkpoint', 'load_model', 'check_output_folder', 'folder_lock', 'pick_device', 'cpu_bf16_speedup', 'check_precision', 'autocast_dtype', 'TrainingConfig', 'init_distributed', 'validation_loss', 'Trainer', 'train_loop']
+def _run_steps(
+    trainer: Trainer, bar: tqdm, started: float, received: list[int]
+) -> dict[str, float]:
+    """Decide, checkpoint if due, step; at intervals read the loss back, log, validate."""
+    last_checkpoint = window_start = time.perf_counter()
+    window = torch.zeros(2, dtype=torch.float64, device=trainer.device)  # loss, tokens
+    metrics: dict[str, float] = {}
+    while not received:
+        stop, checkpoint_due = trainer._decide(started, last_checkpoint)
+        if checkpoint_due and not stop:
+            trainer.save()
+            last_checkpoint = time.perf_counter()
+        if stop:
+            break
+        loss_sum, n_tokens = trainer.train_step()
+        window[0] += loss_sum
+        window[1] += n_tokens
+        bar.update(1)
+        step, config = trainer.step, trainer.config
+        if step % config.log_every == 0 or step == config.max_steps:
+            if trainer.world_size > 1:
+                dist.all_reduce(window)
+            loss, tokens = window.tolist()  # the only read-back of the loss
+            metrics = {
+                "step": step,
+                "loss": loss / tokens,
+                "lr": trainer.schedule.get_last_lr()[0],
+                "tokens_per_s": tokens / (time.perf_counter() - window_start),
+                "minutes": (time.perf_counter() - started) / 60,
+            }
+            bar.set_postfix(
+                loss=f"{metrics['loss']:.3f}",
+                lr=f"{metrics['lr']:.2e}",
+                tok_s=f"{metrics['tokens_per_s']:,.0f}",
+            )
+            trainer._log(metrics)
+            window.zero_()
+            window_start = time.perf_counter()
+        if step % config.eval_every == 0:
+            evaluation = {"step": step, **trainer.validate()}
+            trainer._log(evaluation)
+            metrics = {**metrics, **evaluation}
+    return metrics
+
+
+__all__ = ['learning_rate', 'make_optimizer', 'label_smoothed_loss', 'save_checkpoint', 'load_checkpoint', 'load_model', 'check_output_folder', 'folder_lock', 'pick_device', 'cpu_bf16_speedup', 'check_precision', 'autocast_dtype', 'TrainingConfig', 'init_distributed', 'validation_loss', 'Trainer', 'deferred_signals', 'train_loop']
