@@ -48,7 +48,7 @@ book: install
 
 # Train the small preset on the embedded number corpus on the CPU (about 10 minutes).
 train: install
-	$(BIN)/python -m transformer train --preset small --max-minutes 8 --out runs/numbers
+	$(BIN)/python -m transformer train --preset small --max-minutes 8 --out runs/numbers --overwrite
 
 # The chapters as notebooks in JupyterLab (jupytext opens the .md files directly).
 lab: install

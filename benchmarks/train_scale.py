@@ -57,7 +57,7 @@ def run(corpus: Path, cache: Path, out: Path, args: argparse.Namespace) -> dict:
     command = [sys.executable, "-m", "transformer", "train", "--data", str(corpus), "--out", str(out),
                "--preset", "small", "--vocab-size", str(args.vocab_size), "--max-tokens", str(args.max_tokens),
                "--max-steps", str(args.steps), "--log-every", str(args.log_every), "--eval-every", "1000000",
-               "--precision", "fp32", "--device", "cpu", "--cache-dir", str(cache)]
+               "--precision", "fp32", "--device", "cpu", "--cache-dir", str(cache), "--overwrite"]
     started = time.perf_counter()
     result = subprocess.run([sys.executable, "-c", WRAPPER, *command], capture_output=True, text=True)
     wall = time.perf_counter() - started

@@ -9,6 +9,7 @@ import pytest
 import torch
 
 from transformer.cli import main
+from transformer.training import load_checkpoint
 
 
 @pytest.mark.parametrize("args", [["--help"], ["train", "--help"], ["translate", "--help"], ["evaluate", "--help"],
@@ -29,11 +30,22 @@ def test_train_runs_and_summarizes(tiny_corpus, tmp_path, capsys):
     code = main(["train", "--data", str(tiny_corpus), "--max-steps", "3", "--max-tokens", "200", "--vocab-size", "60",
                  "--precision", "fp32", "--out", str(out)])
     assert code == 0
-    printed = capsys.readouterr().out
+    captured = capsys.readouterr()
+    printed = captured.out
     assert "done: 3 steps" in printed and "validation loss" in printed
+    assert "step 3: loss " in printed and "\r" not in captured.err, "plain lines in a log, no bar"
     assert (out / "checkpoint-00000003.pt").exists()
     assert main(["train", "--resume", str(out), "--max-steps", "4", "--out", str(out)]) == 0
     assert (out / "checkpoint-00000004.pt").exists()
+
+
+def test_the_small_preset_gets_a_real_vocabulary_for_real_text(tiny_corpus, tmp_path):
+    assert main(["train", "--data", str(tiny_corpus), "--max-steps", "1", "--out", str(tmp_path / "text")]) == 0
+    assert main(["train", "--max-steps", "1", "--out", str(tmp_path / "numbers")]) == 0
+    text = load_checkpoint(tmp_path / "text" / "checkpoint-00000001.pt")["training_config"]
+    numbers = load_checkpoint(tmp_path / "numbers" / "checkpoint-00000001.pt")["training_config"]
+    assert (text["vocab_size"], text["max_tokens"]) == (8000, 4000)
+    assert (numbers["vocab_size"], numbers["max_tokens"]) == (200, 2000)
 
 
 def test_train_needs_a_stopping_rule(tmp_path):
@@ -126,14 +138,14 @@ def test_translate_names_the_line_of_bytes_that_are_not_utf8(run_folder, tmp_pat
     assert result.stderr.strip() == f"error: {tmp_path / 'bad.txt'} is not UTF-8 text: byte 0xff on line 3"
 
 
-def test_translate_files_with_a_progress_bar(run_folder, tmp_path, capsys):
+def test_translate_files_without_a_redrawn_bar_off_a_terminal(run_folder, tmp_path, capsys):
     source = tmp_path / "in.en"
     source.write_text("one\ntwo\nthree\n")
     target = tmp_path / "out.de"
     assert main(["translate", "--checkpoint", str(run_folder), "--input", str(source), "--output", str(target),
                  "--beam", "1", "--batch-size", "2"]) == 0
     assert len(target.read_text().splitlines()) == 3
-    assert "3/3" in capsys.readouterr().err
+    assert "\r" not in capsys.readouterr().err, "stderr is not a terminal here: no bar redrawn into a log"
     assert not list(tmp_path.glob("*.tmp"))
 
 

@@ -150,6 +150,12 @@ def test_presets_and_table3_variants():
         ({"positional": "rope"}, "positional must be 'sinusoidal' or 'learned'"),
         ({"src_vocab_size": 50}, "share_embeddings needs one shared vocabulary"),
         ({"pad_id": 60}, r"pad_id must be a token id of both vocabularies, in \[0, 60\); got 60"),
+        ({"layer_norm_eps": -1e-6}, "layer_norm_eps must be a positive finite number; got -1e-06"),
+        ({"layer_norm_eps": float("nan")}, "layer_norm_eps must be a positive finite number; got nan"),
+        ({"norm_first": "no"}, "norm_first must be True or False; got 'no'"),
+        ({"tie_output": 1}, "tie_output must be True or False; got 1"),
+        ({"dropout": "0.1"}, r"dropout must be in \[0, 1\); got '0.1'"),
+        ({"d_k": 8.0}, "d_k must be a positive integer or None"),
     ],
 )
 def test_inconsistent_configs_raise(options, message):

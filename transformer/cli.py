@@ -35,22 +35,7 @@ from transformer.training import (
 PRESETS: dict[str, tuple[dict, dict]] = {
     "small": (
         {"d_model": 256, "n_heads": 4, "d_ff": 1024, "n_layers": 3, "dropout": 0.1},
-        {
-            "vocab_size": 200,
-            "max_tokens": 2000,
-            "warmup_steps": 400,
-            "lr_scale": 0.5,
-            "eval_every": 200,
-        },
-    ),
-    "tiny": (
-        {"d_model": 128, "n_heads": 4, "d_ff": 256, "n_layers": 4, "dropout": 0.2},
-        {
-            "vocab_size": 8000,
-            "max_tokens": 4096,
-            "warmup_steps": 800,
-            "lr_scale": 1.5,
-        },
+        {"warmup_steps": 400, "lr_scale": 0.5},
     ),
     "base": ({}, {"vocab_size": 37000, "max_tokens": 25000, "warmup_steps": 4000}),
     "big": (
@@ -62,6 +47,11 @@ PRESETS: dict[str, tuple[dict, dict]] = {
             "keep_checkpoints": 20,  # the paper averages the last 20 of the big model
         },
     ),
+}
+# the small preset's vocabulary and batch: for the embedded corpus, and for real text
+SMALL_DATA = {
+    "numbers": {"vocab_size": 200, "max_tokens": 2000, "eval_every": 200},
+    "text": {"vocab_size": 8000, "max_tokens": 4000, "eval_every": 400},
 }
 
 
@@ -87,7 +77,7 @@ def _add_train(commands: argparse._SubParsersAction) -> None:
         help="train a model",
         description="Train an encoder-decoder Transformer. Example (the embedded corpus, on a CPU):\n"
         "  python -m transformer train --max-minutes 10 --out runs/numbers\n"
-        "Multi30k files, English to German (the tiny preset):\n"
+        "Multi30k files, English to German:\n"
         "  python -m transformer train --data ../shared/data/multi30k --src en --tgt de "
         "--max-minutes 60 --out runs/multi30k\n"
         "Several GPUs: torchrun --standalone --nproc_per_node 8 -m transformer train --preset base ...",
@@ -96,8 +86,8 @@ def _add_train(commands: argparse._SubParsersAction) -> None:
     train.add_argument(
         "--preset",
         choices=sorted(PRESETS),
-        help="model and training preset (default: small for the embedded corpus, tiny for "
-        "files and hub datasets)",
+        default="small",
+        help="model and training preset (default: small)",
     )
     train.add_argument(
         "--out", required=True, help="folder for checkpoints and metrics.jsonl"
@@ -206,10 +196,13 @@ def _train(args: argparse.Namespace) -> int:
     if args.resume:
         trainer = Trainer.resume(args.resume, args.out, args.overwrite, **given)
     else:
-        preset = args.preset or (
-            "small" if given.get("data", "numbers") == "numbers" else "tiny"
-        )
-        model_overrides, training_defaults = PRESETS[preset]
+        model_overrides, training_defaults = PRESETS[args.preset]
+        if args.preset == "small":
+            text = given.get("data", "numbers") != "numbers"
+            training_defaults = {
+                **training_defaults,
+                **SMALL_DATA["text" if text else "numbers"],
+            }
         if "max_steps" not in given and "max_minutes" not in given:
             raise SystemExit(
                 "error: say when to stop: --max-steps N and/or --max-minutes M"
@@ -361,7 +354,10 @@ def _translate(args: argparse.Namespace) -> int:
             sentences = _lines(file.read(), args.input)
     else:
         sentences = _lines(sys.stdin.buffer.read(), "standard input")
-    with tqdm(total=len(sentences), unit="sentence", disable=not args.input) as bar:
+    # a bar only for a file, on a terminal (disable=None: off when stderr is not a TTY)
+    with tqdm(
+        total=len(sentences), unit="sentence", disable=None if args.input else True
+    ) as bar:
         outputs = translate(
             model,
             tokenizer,
@@ -390,7 +386,7 @@ def _evaluate(args: argparse.Namespace) -> int:
             f"error: the corpus has no split {args.split!r}; it has {sorted(corpus.splits)}"
         )
     pairs = corpus.splits[args.split][: args.limit]
-    with tqdm(total=len(pairs), unit="sentence") as bar:
+    with tqdm(total=len(pairs), unit="sentence", disable=None) as bar:
         scores, hypotheses = evaluate(
             model,
             tokenizer,

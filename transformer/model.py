@@ -75,8 +75,18 @@ class TransformerConfig:
             )
         for name in ("dropout", "attention_dropout", "activation_dropout"):
             value = getattr(self, name)
-            if not 0.0 <= value < 1.0:
+            if not isinstance(value, (int, float)) or not 0.0 <= value < 1.0:
                 raise ValueError(f"{name} must be in [0, 1); got {value!r}")
+        for name in ("norm_first", "share_embeddings", "tie_output"):
+            if not isinstance(getattr(self, name), bool):
+                raise ValueError(
+                    f"{name} must be True or False; got {getattr(self, name)!r}"
+                )
+        eps = self.layer_norm_eps
+        if not isinstance(eps, (int, float)) or not 0 < eps < float("inf"):
+            raise ValueError(
+                f"layer_norm_eps must be a positive finite number; got {eps!r}"
+            )
         if self.activation not in PositionwiseFeedForward.ACTIVATIONS:
             raise ValueError(
                 f"activation must be one of {sorted(PositionwiseFeedForward.ACTIVATIONS)}; "
@@ -96,7 +106,9 @@ class TransformerConfig:
                 f"got src_vocab_size={self.src_vocab_size} "
                 f"and tgt_vocab_size={self.tgt_vocab_size} (set share_embeddings=False)"
             )
-        if not 0 <= self.pad_id < min(self.src_vocab_size, self.tgt_vocab_size):
+        if not isinstance(self.pad_id, int) or not 0 <= self.pad_id < min(
+            self.src_vocab_size, self.tgt_vocab_size
+        ):
             raise ValueError(
                 "pad_id must be a token id of both vocabularies, "
                 f"in [0, {min(self.src_vocab_size, self.tgt_vocab_size)}); "

@@ -9,6 +9,7 @@ import json
 import math
 import os
 import signal
+import sys
 import threading
 import time
 from collections.abc import Iterator
@@ -697,15 +698,17 @@ def train_loop(trainer: Trainer, progress: bool = True) -> dict[str, float]:
     calls it). After SIGINT or SIGTERM the result has "interrupted": the signal's number.
     """
     started = time.perf_counter()
+    show = progress and trainer.rank == 0
+    plain = show and not sys.stderr.isatty()  # a log file: lines, not a redrawn bar
     bar = tqdm(
         total=trainer.config.max_steps,
         initial=trainer.step,
         unit="step",
-        disable=not progress or trainer.rank != 0,
+        disable=not show or plain,
     )
     try:
         with deferred_signals(trainer.world_size == 1) as received:
-            metrics = _run_steps(trainer, bar, started, received)
+            metrics = _run_steps(trainer, bar, started, received, plain)
     finally:
         bar.close()
         if trainer._stream is not None:
@@ -731,7 +734,7 @@ def train_loop(trainer: Trainer, progress: bool = True) -> dict[str, float]:
 
 
 def _run_steps(
-    trainer: Trainer, bar: tqdm, started: float, received: list[int]
+    trainer: Trainer, bar: tqdm, started: float, received: list[int], plain: bool
 ) -> dict[str, float]:
     """Decide, checkpoint if due, step; at intervals read the loss back, log, validate."""
     last_checkpoint = window_start = time.perf_counter()
@@ -766,6 +769,12 @@ def _run_steps(
                 tok_s=f"{metrics['tokens_per_s']:,.0f}",
             )
             trainer._log(metrics)
+            if plain:
+                print(
+                    f"step {step}: loss {metrics['loss']:.3f}, lr {metrics['lr']:.2e}, "
+                    f"{metrics['tokens_per_s']:,.0f} tokens/s, {metrics['minutes']:.1f} min",
+                    flush=True,
+                )
             window.zero_()
             window_start = time.perf_counter()
         if step % config.eval_every == 0:
