@@ -28,7 +28,7 @@ notebooks: install
 
 # Everything: the package tests, the export check, and every chapter run by nbval.
 test: notebooks
-	$(BIN)/python -m pytest tests $(NOTEBOOKS) --nbval-lax --nbval-current-env --nbval-cell-timeout=600
+	$(BIN)/python -m pytest tests $(NOTEBOOKS) --nbval-lax --nbval-current-env --nbval-cell-timeout=600 --durations=20
 
 # The package tests only (a couple of minutes).
 test-quick: install
