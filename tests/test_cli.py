@@ -12,11 +12,16 @@ from transformer.cli import main
 from transformer.training import load_checkpoint
 
 
-@pytest.mark.parametrize("args", [["--help"], ["train", "--help"], ["translate", "--help"], ["evaluate", "--help"],
-                                  ["average", "--help"]])
-def test_every_command_has_help(args):
-    result = subprocess.run([sys.executable, "-m", "transformer", *args], capture_output=True, text=True)
+def test_python_m_transformer_runs_the_command_line():
+    result = subprocess.run([sys.executable, "-m", "transformer", "--help"], capture_output=True, text=True)
     assert result.returncode == 0 and "usage: python -m transformer" in result.stdout
+
+
+@pytest.mark.parametrize("command", ["train", "translate", "evaluate", "average"])
+def test_every_command_has_help(command, capsys):
+    with pytest.raises(SystemExit) as exit:
+        main([command, "--help"])
+    assert exit.value.code == 0 and f"usage: python -m transformer {command}" in capsys.readouterr().out
 
 
 def test_version(capsys):

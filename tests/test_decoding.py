@@ -145,6 +145,22 @@ def test_beam_search_rejects_a_bad_beam_size_and_max_len():
         greedy_decode(model, torch.tensor([[5, 6]]), max_len=0)
 
 
+def test_outputs_stop_at_input_length_plus_extra_len_without_eos():
+    torch.manual_seed(0)
+    model = Transformer(TransformerConfig(**SMALL)).eval()
+    model.output.register_forward_hook(lambda module, args, logits: logits.index_fill(-1, torch.tensor([EOS]), -1e9))
+    src = torch.tensor([[5, 6, 7, 8, 9], [5, 6, 7, PAD, PAD]])  # lengths 5 and 3
+    for extra_len in (0, 4, 30):
+        greedy = greedy_decode(model, src, extra_len=extra_len)
+        beam = beam_search(model, src, beam_size=3, extra_len=extra_len).tokens[:, 0]
+        for out in (greedy, beam):
+            lengths = (out != PAD).sum(1).tolist()
+            assert lengths == [min(5 + extra_len, model.config.max_len), min(3 + extra_len, model.config.max_len)]
+            assert not (out == EOS).any()
+    with pytest.raises(ValueError, match="extra_len"):
+        greedy_decode(model, src, extra_len=-1)
+
+
 def _tokenizer_and_model(**overrides):
     tokenizer = train_tokenizer(iter(["one two three", "eins zwei drei"] * 5), vocab_size=40)
     vocab = tokenizer.get_vocab_size()

@@ -17,15 +17,19 @@ from transformer.data import BOS, EOS, PAD
 from transformer.model import Transformer
 
 
-def _output_limits(model: Transformer, src: Tensor, max_len: int | None) -> Tensor:
-    """Maximum output length of each sentence: max_len, or its input length + 50 (§6.1)
-    but no more than the model's max_len positions."""
+def _output_limits(
+    model: Transformer, src: Tensor, max_len: int | None, extra_len: int = 50
+) -> Tensor:
+    """Maximum output length of each sentence: max_len, or its input length + extra_len
+    (50 in §6.1, 300 for parsing in §6.3) but no more than the model's max_len positions."""
     if max_len is not None:
         if max_len < 1:
             raise ValueError(f"max_len must be at least 1; got {max_len}")
         return torch.full((src.size(0),), max_len, device=src.device)
+    if extra_len < 0:
+        raise ValueError(f"extra_len must be >= 0; got {extra_len}")
     lengths = (src != model.config.pad_id).sum(1)
-    return (lengths + 50).clamp(max=model.config.max_len)
+    return (lengths + extra_len).clamp(max=model.config.max_len)
 
 
 def _never_generated(logits: Tensor) -> Tensor:
@@ -37,14 +41,19 @@ def _never_generated(logits: Tensor) -> Tensor:
 
 @torch.no_grad()
 def greedy_decode(
-    model: Transformer, src: Tensor, max_len: int | None = None, use_cache: bool = True
+    model: Transformer,
+    src: Tensor,
+    max_len: int | None = None,
+    use_cache: bool = True,
+    extra_len: int = 50,
 ) -> Tensor:
     """The most probable token at each step: src (batch, n) -> ids (batch, <= max_len).
 
     The output excludes <bos>; after a sentence's <eos> it holds <pad>. max_len defaults
-    to each sentence's length + 50. use_cache=False recomputes the whole prefix every step.
+    to each sentence's length + extra_len. use_cache=False recomputes the whole prefix
+    every step.
     """
-    limits = _output_limits(model, src, max_len)
+    limits = _output_limits(model, src, max_len, extra_len)
     memory, memory_mask = model.encode(src), padding_mask(src, model.config.pad_id)
     cache = model.new_cache() if use_cache else None
     prefix = torch.full((src.size(0), 1), BOS, dtype=torch.long, device=src.device)
@@ -87,11 +96,12 @@ def beam_search(
     max_len: int | None = None,
     use_cache: bool = True,
     on_step: Callable[[int, Tensor, Tensor], None] | None = None,
+    extra_len: int = 50,
 ) -> Hypotheses:
     """Beam search with GNMT's length penalty over src (batch, n), all sentences at once.
 
-    max_len defaults to each sentence's length + 50. on_step(t, prefixes (batch, k, t),
-    log-probabilities (batch, k)) sees the beam after every step.
+    max_len defaults to each sentence's length + extra_len. on_step(t, prefixes
+    (batch, k, t), log-probabilities (batch, k)) sees the beam after every step.
     """
     if beam_size < 1:
         raise ValueError(f"beam_size must be at least 1; got {beam_size}")
@@ -100,7 +110,7 @@ def beam_search(
             f"alpha must be >= 0 (early stopping relies on it); got {alpha}"
         )
     batch, k, device = src.size(0), beam_size, src.device
-    limits = _output_limits(model, src, max_len)
+    limits = _output_limits(model, src, max_len, extra_len)
     longest = int(limits.max())
     memory_mask = padding_mask(src, model.config.pad_id).repeat_interleave(k, 0)
     memory = model.encode(src).repeat_interleave(k, 0)  # (batch * k, n, d_model)
@@ -185,10 +195,12 @@ def translate(
     alpha: float = 0.6,
     batch_size: int = 64,
     progress: Callable[[int], object] | None = None,
+    extra_len: int = 50,
 ) -> list[str]:
     """Translations of `sentences`, in their order; beam_size=1 decodes greedily.
 
     progress(n) is called after each batch with the number of sentences it translated.
+    Outputs stop at their input's length + extra_len tokens.
     """
     if isinstance(sentences, str):  # it would translate each character
         raise TypeError(
@@ -213,9 +225,11 @@ def translate(
             src[row, : len(encoded[i])] = torch.tensor(encoded[i])
         src = src.to(device)
         if beam_size == 1:
-            best = greedy_decode(model, src)
+            best = greedy_decode(model, src, extra_len=extra_len)
         else:
-            best = beam_search(model, src, beam_size, alpha).tokens[:, 0]
+            best = beam_search(
+                model, src, beam_size, alpha, extra_len=extra_len
+            ).tokens[:, 0]
         for i, ids in zip(chunk, best.tolist()):
             outputs[i] = tokenizer.decode(ids[: ids.index(EOS)] if EOS in ids else ids)
         if progress is not None:
