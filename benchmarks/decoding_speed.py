@@ -72,10 +72,10 @@ class TorchGreedy(nn.Module):
         src_pad = src == PAD
         memory = self.encoder(m.src_positions(m.src_embed(src)), src_key_padding_mask=src_pad)
         limits = ((~src_pad).sum(1) + 50).clamp(max=m.config.max_len)
-        prefix = torch.full((src.size(0), 1), BOS, dtype=torch.long)
-        finished = torch.zeros(src.size(0), dtype=torch.bool)
+        prefix = torch.full((src.size(0), 1), BOS, dtype=torch.long, device=src.device)
+        finished = torch.zeros(src.size(0), dtype=torch.bool, device=src.device)
         for t in range(1, int(limits.max()) + 1):
-            causal = nn.Transformer.generate_square_subsequent_mask(t)
+            causal = nn.Transformer.generate_square_subsequent_mask(t, device=src.device)
             x = self.decoder(m.tgt_positions(m.tgt_embed(prefix)), memory, tgt_mask=causal, tgt_is_causal=True,
                              memory_key_padding_mask=src_pad)
             logits = m.output(x[:, -1]).float()
@@ -102,7 +102,7 @@ def batches(ids: list[list[int]], size: int) -> list[torch.Tensor]:
 
 def timed(decode, srcs: list[torch.Tensor]) -> tuple[float, list[torch.Tensor]]:
     start = time.perf_counter()
-    outputs = [decode(src) for src in srcs]
+    outputs = [decode(src).cpu() for src in srcs]  # .cpu() waits for a GPU to finish
     return time.perf_counter() - start, outputs
 
 
@@ -113,6 +113,7 @@ def main() -> None:
     parser.add_argument("--sentences", type=int, default=200)
     parser.add_argument("--batch-size", type=int, default=32)
     parser.add_argument("--threads", type=int, help="torch threads (default: torch's choice)")
+    parser.add_argument("--device", default="cpu", help="cpu (default) or cuda")
     parser.add_argument("--out", type=Path, help="write the results as JSON")
     args = parser.parse_args()
     if args.threads:
@@ -129,8 +130,10 @@ def main() -> None:
         model = Transformer(TransformerConfig(src_vocab_size=vocab, tgt_vocab_size=vocab, d_model=256, n_heads=4,
                                               d_ff=1024, n_layers=3)).eval()
     ids = [e.ids + [EOS] for e in tokenizer.encode_batch(sources, add_special_tokens=False)]
-    srcs = batches(ids, args.batch_size)
-    peer = TorchGreedy(model).eval()
+    device = torch.device(args.device)
+    model = model.to(device)
+    srcs = [src.to(device) for src in batches(ids, args.batch_size)]
+    peer = TorchGreedy(model).to(device).eval()
     variants = {
         "greedy, cache": lambda s: greedy_decode(model, s),
         "greedy, no cache": lambda s: greedy_decode(model, s, use_cache=False),
@@ -164,7 +167,7 @@ def main() -> None:
     if args.out:
         write_report(args.out, {"sentences": len(sources), "batch_size": args.batch_size,
                                 "parameters": sum(p.numel() for p in model.parameters()), "results": results,
-                                "same_output": same, "speedups": speedups})
+                                "same_output": same, "speedups": speedups}, device)
     if not all(same.values()):
         raise SystemExit("outputs differ")
 

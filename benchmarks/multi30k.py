@@ -24,7 +24,8 @@ from collections import Counter
 from pathlib import Path
 
 import numpy as np
-from report import write_report
+import torch
+from report import machine, write_report
 from sacremoses import MosesPunctNormalizer, MosesTokenizer
 
 from transformer import (
@@ -126,6 +127,7 @@ def main() -> None:
                         help="minutes of training at which to score the recipe (default 10 30 60)")
     parser.add_argument("--average", type=int, default=5, help="at most this many checkpoints averaged")
     parser.add_argument("--limit", type=int, help="score only the first N test sentences (a quick check)")
+    parser.add_argument("--device", default="cpu", help="where the test set is decoded (cpu or cuda)")
     parser.add_argument("--out", type=Path, required=True)
     args = parser.parse_args()
     corpus = load_corpus(args.data, args.src, args.tgt)
@@ -136,6 +138,7 @@ def main() -> None:
     steps = [load_checkpoint(p)["step"] for p in checkpoints]
     minutes = np.interp(steps, [0, *(s for s, _ in timed)], [0, *(m for _, m in timed)]).tolist()
     model, tokenizer = load_model(checkpoints[-1])
+    model.to(args.device)
     state = load_checkpoint(checkpoints[-1])
 
     def score(weights, beam):
@@ -179,6 +182,7 @@ def main() -> None:
                      "val_ppl_by_step": [[m["step"], m["val_ppl"]] for m in metrics if "val_ppl" in m]},
         "curve": curve,
         "budgets": budgets,
+        "decoded_on": machine(torch.device(args.device)),
         "analysis": {"system": f"{budget:g} min, {row['weights']}, {row['decoding']}",
                      **analyse(pairs, hypotheses, train_targets, args.src, args.tgt)},
     })

@@ -16,13 +16,17 @@ Two measurements in one run.
    the bare step's speed the Trainer keeps; the rest is time spent waiting for data.
 
     python benchmarks/train_throughput.py                       # CPU: fp32 and bf16
-    python benchmarks/train_throughput.py --device cuda --preset base --batch 200 --length 125 --compile
+    python benchmarks/train_throughput.py --device cuda --preset base --batch 800 --length 32 \
+        --min-length 28 --precisions bf16 --compile --trainer-tokens 25000 --json benchmarks/results/train_gpu.json
+
+On a GPU the FLOPs are counted on the eager model (the compiled one runs the same arithmetic in
+kernels FlopCounterMode cannot see), and the Trainer's rate gives the projected time of the
+paper's 100,000 steps at --trainer-tokens tokens per update.
 """
 
 from __future__ import annotations
 
 import argparse
-import json
 import math
 import tempfile
 import time
@@ -32,7 +36,7 @@ import torch
 from torch import nn
 from torch.utils.flop_counter import FlopCounterMode
 
-from report import machine
+from report import machine, write_report
 from train_scale import write_corpus
 from transformer import Trainer, TrainingConfig, Transformer, TransformerConfig, sinusoidal_positional_encoding
 
@@ -69,11 +73,12 @@ class TorchPeer(nn.Module):
         return self.output(out)
 
 
-def make_batch(config, batch, length, device, seed=0):
+def make_batch(config, batch, length, device, min_length=None, seed=0):
+    """Random ids, sentence lengths uniform in [min_length, length] (default length // 2)."""
     g = torch.Generator().manual_seed(seed)
     src = torch.randint(4, config.src_vocab_size, (batch, length), generator=g)
     tgt = torch.randint(4, config.tgt_vocab_size, (batch, length + 1), generator=g)
-    lengths = torch.randint(length // 2, length + 1, (batch,), generator=g)  # realistic padding
+    lengths = torch.randint(min_length or length // 2, length + 1, (batch,), generator=g)
     src[torch.arange(length)[None, :] >= lengths[:, None]] = config.pad_id
     tgt[torch.arange(length + 1)[None, :] > lengths[:, None] + 1] = config.pad_id
     return src.to(device), tgt.to(device)
@@ -99,14 +104,14 @@ def measure(name, model, config, src, tgt, dtype, compile_model, warmup, steps, 
     device = src.device
     model = model.to(device).train()
     optimizer = torch.optim.Adam(model.parameters(), lr=1e-4, betas=(0.9, 0.98), eps=1e-9)
-    run = torch.compile(model) if compile_model else model
     ours = {"check_ids": False} if isinstance(model, Transformer) else {}  # as the Trainer runs it
+    with FlopCounterMode(display=False) as counter:  # eager: the same arithmetic as compiled
+        step_fn(model, optimizer, src, tgt, dtype, config.pad_id, **ours)()
+    flops = counter.get_total_flops()
+    run = torch.compile(model) if compile_model else model
     step = step_fn(run, optimizer, src, tgt, dtype, config.pad_id, **ours)
     for _ in range(warmup):
         step()
-    with FlopCounterMode(display=False) as counter:
-        step()
-    flops = counter.get_total_flops()
     if device.type == "cuda":
         torch.cuda.reset_peak_memory_stats()
     sync(device)
@@ -128,7 +133,7 @@ def measure(name, model, config, src, tgt, dtype, compile_model, warmup, steps, 
     return result
 
 
-def trainer_end_to_end(model_config, device, precision, max_tokens, steps, work: Path) -> dict:
+def trainer_end_to_end(model_config, device, precision, max_tokens, warmup, steps, work: Path) -> dict:
     """Tokens/s of Trainer.train_step (data pipeline included) and of the same steps on the same
     batches held in memory."""
     write_corpus(work / "corpus", 20_000)
@@ -136,8 +141,8 @@ def trainer_end_to_end(model_config, device, precision, max_tokens, steps, work:
                             max_tokens=max_tokens, max_steps=steps, precision=precision, device=str(device),
                             cache_dir=str(work / "cache"), warmup_steps=4000)
     trainer = Trainer.from_config(model_config, config, work / "run")
-    for _ in range(3):
-        trainer.train_step()  # warm-up (and compilation)
+    for _ in range(warmup):
+        trainer.train_step()  # warm-up (and compilation, for each bucket's shape)
     plan = trainer.sampler.epoch(trainer.epoch)[trainer.batch_index : trainer.batch_index + steps]
     sync(device)
     start = time.perf_counter()
@@ -169,7 +174,9 @@ def main():
     parser.add_argument("--preset", choices=["base", "big", "cpu"], default="cpu",
                         help="cpu: d_model=512, h=8, d_ff=2048, N=3, vocabulary 8000 (default); base/big: the paper's")
     parser.add_argument("--batch", type=int, default=32, help="sentences per batch")
-    parser.add_argument("--length", type=int, default=32, help="source length (target: +1)")
+    parser.add_argument("--length", type=int, default=32, help="longest source sentence (target: +1)")
+    parser.add_argument("--min-length", type=int, help="shortest sentence (default: length // 2)")
+    parser.add_argument("--precisions", nargs="+", choices=["fp32", "bf16"], default=["fp32", "bf16"])
     parser.add_argument("--warmup", type=int, default=3)
     parser.add_argument("--steps", type=int, default=10)
     parser.add_argument("--repeats", type=int, default=2, help="alternate the models this many times; the best is kept")
@@ -190,13 +197,11 @@ def main():
     # Same math: torch.nn.Transformer applies its dropout inside attention and the FFN as well, so
     # ours does too here (the paper, and our default, drop out only the sub-layer outputs).
     config = TransformerConfig(**{**config.to_dict(), "dropout": 0.1, "attention_dropout": 0.1, "activation_dropout": 0.1})
-    src, tgt = make_batch(config, args.batch, args.length, device)
-    low = torch.bfloat16
+    src, tgt = make_batch(config, args.batch, args.length, device, args.min_length)
+    dtypes = [{"fp32": None, "bf16": torch.bfloat16}[p] for p in args.precisions]
     peak = next((v for k, v in PEAK_TFLOPS.items() if device.type == "cuda" and k in torch.cuda.get_device_name(device)), None)
-    cases = [("ours", None, False), ("torch.nn.Transformer", None, False), ("ours", low, False), ("torch.nn.Transformer", low, False)]
-    if args.compile:
-        for dtype in (None, low):
-            cases += [("ours", dtype, True), ("torch.nn.Transformer", dtype, True)]
+    cases = [(name, dtype, compiled) for compiled in [False] + [True] * args.compile for dtype in dtypes
+             for name in ("ours", "torch.nn.Transformer")]
     best: dict[tuple, dict] = {}
     for _ in range(args.repeats):
         for name, dtype, compile_model in cases:
@@ -219,28 +224,31 @@ def main():
             line += f"  {r['peak_memory_gib']:>8.2f} {r.get('mfu', float('nan')):>5.1%}"
         print(line)
     by_key = {(r["model"], r["precision"], r["compile"]): r["tokens_per_s"] for r in results}
-    peer_fp32 = by_key[("torch.nn.Transformer", "fp32", False)]
-    print(f"ours fp32 / peer fp32: {by_key[('ours', 'fp32', False)] / peer_fp32:.2f}x")
-    print(f"ours bf16 / peer fp32: {by_key[('ours', 'bfloat16', False)] / peer_fp32:.2f}x")
-    print(f"ours bf16 / peer bf16: {by_key[('ours', 'bfloat16', False)] / by_key[('torch.nn.Transformer', 'bfloat16', False)]:.2f}x")
+    precisions = [str(d or "fp32").removeprefix("torch.") for d in dtypes]
+    for precision in precisions:
+        ratio = by_key[("ours", precision, False)] / by_key[("torch.nn.Transformer", precision, False)]
+        print(f"ours {precision} / peer {precision}: {ratio:.2f}x")
+    if len(precisions) == 2:
+        print(f"ours bf16 / peer fp32: {by_key[('ours', 'bfloat16', False)] / by_key[('torch.nn.Transformer', 'fp32', False)]:.2f}x")
     if args.compile:
-        for precision in ("fp32", "bfloat16"):
+        for precision in precisions:
             ours_compiled = by_key[("ours", precision, True)]
             print(f"ours compiled {precision} / peer {precision}: "
                   f"{ours_compiled / by_key[('torch.nn.Transformer', precision, False)]:.2f}x eager, "
                   f"{ours_compiled / by_key[('torch.nn.Transformer', precision, True)]:.2f}x compiled")
     end_to_end = []
     with tempfile.TemporaryDirectory() as work:
-        for precision in ("fp32", "bf16"):
-            end_to_end.append(trainer_end_to_end(config, device, precision, args.trainer_tokens, args.steps, Path(work) / precision))
+        for precision in args.precisions:
+            end_to_end.append(trainer_end_to_end(config, device, precision, args.trainer_tokens, max(3, args.warmup),
+                                                 args.steps, Path(work) / precision))
     for r in end_to_end:
         print(f"Trainer end to end, {r['precision']}: {r['trainer_tokens_per_s']:,.0f} tokens/s; the same steps on "
               f"batches in memory {r['bare_tokens_per_s']:,.0f} tokens/s; the Trainer keeps {r['trainer_share_of_bare']:.1%}")
+        r["hours_for_100k_steps"] = 100_000 * r["tokens"] / r["steps"] / r["trainer_tokens_per_s"] / 3600
+        print(f"  100,000 steps of {r['tokens'] / r['steps']:,.0f} target tokens at this rate: {r['hours_for_100k_steps']:.1f} h")
     if args.json:
-        report = {"device": device_name, "torch": torch.__version__, "args": vars(args), "results": results,
-                  "trainer_end_to_end": end_to_end}
-        with open(args.json, "w") as file:
-            json.dump(report, file, indent=2)
+        write_report(Path(args.json), {"device": device_name, "args": vars(args), "results": results,
+                                       "trainer_end_to_end": end_to_end}, device)
 
 
 if __name__ == "__main__":

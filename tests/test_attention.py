@@ -114,3 +114,42 @@ def test_bad_configuration_and_inputs_raise_clear_errors():
         layer(torch.randn(2, 5, 16), x, x)
     with pytest.raises(ValueError, match="must share the batch size"):
         layer(x, x[:1], x[:1])
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("masks", ["none", "causal", "padding", "causal and padding"])
+def test_fused_kernels_in_bf16_on_cuda_equal_the_formula_in_float64(masks):
+    """A fused kernel (flash or memory-efficient attention; the math fallback is switched off) on
+    bf16 operands against softmax(QK^T / sqrt(d_k)) V written out in float64 on the CPU.
+    Tolerance: relative error ||out - ref|| / ||ref|| under 1e-2, what bf16 operands allow
+    (8 bits of mantissa: about 4e-3 per rounding)."""
+    from torch.nn.attention import SDPBackend, sdpa_kernel
+
+    batch, n, d_model, h = 4, 40, 256, 8
+    d_k = d_model // h
+    layer = MultiHeadAttention(d_model, h).cuda().eval()
+    x = torch.randn(batch, n, d_model, device="cuda")
+    tokens = torch.arange(n)[None] < torch.tensor([40, 33, 17, 5])[:, None]  # True: a word, False: padding
+    mask = padding_mask(tokens.long(), 0).cuda() if "padding" in masks else None
+    with torch.no_grad(), torch.autocast("cuda", dtype=torch.bfloat16):
+        with sdpa_kernel([SDPBackend.FLASH_ATTENTION, SDPBackend.EFFICIENT_ATTENTION]):
+            out, _ = layer(x, x, x, mask=mask, is_causal="causal" in masks)
+    assert out.dtype == torch.bfloat16
+    w, b = layer.w_qkv.weight.double().cpu(), layer.w_qkv.bias.double().cpu()
+    x64 = x.double().cpu()
+    q, k, v = (  # W^Q, W^K, W^V are the row blocks of w_qkv
+        (x64 @ w[i * d_model : (i + 1) * d_model].T + b[i * d_model : (i + 1) * d_model])
+        .view(batch, n, h, d_k).transpose(1, 2)
+        for i in range(3)
+    )
+    scores = q @ k.transpose(-1, -2) / d_k**0.5
+    allowed = torch.ones(batch, 1, n, n, dtype=torch.bool)
+    if "causal" in masks:
+        allowed &= torch.ones(n, n, dtype=torch.bool).tril()
+    if "padding" in masks:
+        allowed &= tokens[:, None, None, :]
+    heads = torch.softmax(scores.masked_fill(~allowed, float("-inf")), -1) @ v
+    ref = heads.transpose(1, 2).reshape(batch, n, d_model) @ layer.w_o.weight.double().cpu().T
+    ref += layer.w_o.bias.double().cpu()
+    error = (out.double().cpu() - ref).norm() / ref.norm()
+    assert error < 1e-2, f"relative error {error:.2e}"

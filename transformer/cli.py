@@ -37,6 +37,16 @@ PRESETS: dict[str, tuple[dict, dict]] = {
         {"d_model": 256, "n_heads": 4, "d_ff": 1024, "n_layers": 3, "dropout": 0.1},
         {"warmup_steps": 400, "lr_scale": 0.5},
     ),
+    "tiny": (
+        {"d_model": 128, "n_heads": 4, "d_ff": 256, "n_layers": 4, "dropout": 0.3},
+        {
+            "vocab_size": 8000,
+            "max_tokens": 4096,
+            "warmup_steps": 2000,
+            "lr_scale": 2.53,  # peak 0.005 = 2.53 * 128^-0.5 * 2000^-0.5
+            "keep_checkpoints": 10,
+        },
+    ),
     "base": ({}, {"vocab_size": 37000, "max_tokens": 25000, "warmup_steps": 4000}),
     "big": (
         {"d_model": 1024, "d_ff": 4096, "n_heads": 16, "dropout": 0.3},
@@ -53,6 +63,17 @@ SMALL_DATA = {
     "numbers": {"vocab_size": 200, "max_tokens": 2000, "eval_every": 200},
     "text": {"vocab_size": 8000, "max_tokens": 4000, "eval_every": 400},
 }
+
+
+def _probability(text: str) -> float:
+    """An argparse type: a number in [0, 1)."""
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a number in [0, 1), got {text!r}") from None
+    if not 0 <= value < 1:
+        raise argparse.ArgumentTypeError(f"expected a number in [0, 1), got {text}")
+    return value
 
 
 def _number(kind: type, zero: bool = False) -> Callable[[str], int | float]:
@@ -106,6 +127,17 @@ def _add_train(commands: argparse._SubParsersAction) -> None:
     _add_data_options(data)
     data.add_argument(
         "--vocab-size", type=_number(int), help="size of the shared BPE vocabulary"
+    )
+    model = train.add_argument_group("model (a new run; a resumed one keeps its own)")
+    model.add_argument(
+        "--dropout", type=_probability, help="P_drop of the sub-layers (paper: 0.1)"
+    )
+    model.add_argument(
+        "--pre-ln",
+        dest="norm_first",
+        action="store_const",
+        const=True,
+        help="LayerNorm before each sub-layer instead of after (the paper's)",
     )
     run = train.add_argument_group("run")
     run.add_argument(
@@ -194,9 +226,21 @@ def _train(args: argparse.Namespace) -> int:
         if getattr(args, f.name, None) is not None
     }
     if args.resume:
+        if args.dropout is not None or args.norm_first:
+            raise SystemExit(
+                "error: --dropout and --pre-ln shape a new model; a resumed run keeps its checkpoint's"
+            )
         trainer = Trainer.resume(args.resume, args.out, args.overwrite, **given)
     else:
         model_overrides, training_defaults = PRESETS[args.preset]
+        model_given = {
+            k: v
+            for k in ("dropout", "norm_first")
+            if (v := getattr(args, k)) is not None
+        }
+        model_overrides = {
+            k: v for k, v in model_overrides.items() if k not in model_given
+        }
         if args.preset == "small":
             text = given.get("data", "numbers") != "numbers"
             training_defaults = {
@@ -209,7 +253,11 @@ def _train(args: argparse.Namespace) -> int:
             )
         config = TrainingConfig(**{**training_defaults, **given})
         trainer = Trainer.from_config(
-            TransformerConfig(**model_overrides), config, args.out, None, args.overwrite
+            TransformerConfig(**model_overrides, **model_given),
+            config,
+            args.out,
+            None,
+            args.overwrite,
         )
     if trainer.rank == 0:
         n_parameters = sum(p.numel() for p in trainer.model.parameters())

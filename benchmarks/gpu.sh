@@ -1,0 +1,72 @@
+#!/usr/bin/env bash
+# The GPU figures of the book and the README, by stage, as they were measured on one H100
+# (benchmarks/results/*_gpu.json record each command, the GPU and the torch version):
+#
+#   bash benchmarks/gpu.sh tests                      # the CUDA-marked tests
+#   bash benchmarks/gpu.sh throughput                 # base and big: tokens/s, MFU, memory
+#   bash benchmarks/gpu.sh multi30k DATA MINUTES NAME=FLAGS...  # recipes side by side, scored
+#
+# The Multi30k runs of benchmarks/results/multi30k_gpu_*.json:
+#   bash benchmarks/gpu.sh multi30k DATA 5 small="--preset small" tiny="--preset tiny --max-steps 8000" \
+#       tiny16k="--preset tiny --max-steps 16000"
+#   bash benchmarks/gpu.sh multi30k DATA 3 small-d03="--preset small --dropout 0.3" \
+#       small-d03-preln="--preset small --dropout 0.3 --pre-ln" tiny-preln="--preset tiny --pre-ln"
+#   bash benchmarks/gpu.sh decoding DATA RUN          # greedy and beam, cache or not, nn.Transformer
+#
+# DATA is the Multi30k folder (default ../shared/data/multi30k); results go to
+# benchmarks/results, logs and runs to runs/gpu.
+set -euo pipefail
+stage=${1:?stage: tests, throughput, multi30k or decoding}
+data=${2:-../shared/data/multi30k}
+logs=runs/gpu
+results=benchmarks/results
+mkdir -p "$logs" "$results"
+export PYTHONUNBUFFERED=1
+
+case $stage in
+tests)
+    python -m pytest -q -m gpu -p no:cacheprovider tests/test_attention.py tests/test_training.py
+    ;;
+throughput)
+    # the paper's batch: about 25,000 target tokens (800 sentences of 28 to 32 tokens)
+    for preset in base big; do
+        python benchmarks/train_throughput.py --device cuda --preset "$preset" --batch 800 --length 32 \
+            --min-length 28 --precisions bf16 --compile --warmup 5 --steps 20 --repeats 1 \
+            --trainer-tokens 25000 --json "$results/train_gpu_$preset.json"
+    done
+    ;;
+multi30k)
+    # Recipes trained at once on the one GPU, each NAME=FLAGS (FLAGS added to train's); each gets
+    # a share of the GPU, so each trains for at most `minutes` of a whole GPU. Then each run is
+    # scored on test_2016_flickr: its newest checkpoint and the average of its last 10.
+    minutes=${3:?minutes of training}
+    shift 3
+    names=()
+    for recipe in "$@"; do
+        name=${recipe%%=*}
+        names+=("$name")
+        read -ra flags <<< "${recipe#*=}"
+        python -m transformer train "${flags[@]}" --data "$data" --src en --tgt de --max-minutes "$minutes" \
+            --checkpoint-every 200 --keep-checkpoints 10 --overwrite --cache-dir "$logs/cache-$name" \
+            --out "$logs/m30k-$name" > "$logs/m30k-$name.log" 2>&1 &
+    done
+    wait
+    for name in "${names[@]}"; do
+        tail -n 1 "$logs/m30k-$name.log"
+        python benchmarks/multi30k.py --run "$logs/m30k-$name" --data "$data" --src en --tgt de \
+            --budgets "$minutes" --average 10 --device cuda --out "$results/multi30k_gpu_$name.json" \
+            > "$logs/score-$name.log" 2>&1 &
+    done
+    wait
+    tail -n 4 "$logs"/score-*.log
+    ;;
+decoding)
+    run=${3:?the training folder whose newest checkpoint is decoded}
+    python benchmarks/decoding_speed.py --checkpoint "$run" --data "$data" --sentences 1000 --batch-size 64 \
+        --device cuda --out "$results/decoding_gpu.json"
+    ;;
+*)
+    echo "unknown stage $stage: expected tests, throughput, multi30k or decoding" >&2
+    exit 2
+    ;;
+esac
