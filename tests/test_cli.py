@@ -53,6 +53,15 @@ def test_the_small_preset_gets_a_real_vocabulary_for_real_text(tiny_corpus, tmp_
     assert (numbers["vocab_size"], numbers["max_tokens"]) == (200, 2000)
 
 
+def test_dropout_and_pre_ln_shape_a_new_model_and_are_refused_on_resume(tiny_corpus, tmp_path):
+    out = tmp_path / "run"
+    assert main(_train_args(tiny_corpus, out, "--preset", "tiny", "--dropout", "0.25", "--pre-ln")) == 0
+    model = load_checkpoint(out / "checkpoint-00000001.pt")["model_config"]
+    assert (model["d_model"], model["n_layers"], model["dropout"], model["norm_first"]) == (128, 4, 0.25, True)
+    with pytest.raises(SystemExit, match="a resumed run keeps its checkpoint's"):
+        main(["train", "--resume", str(out), "--max-steps", "2", "--dropout", "0.1", "--out", str(out)])
+
+
 def test_train_needs_a_stopping_rule(tmp_path):
     with pytest.raises(SystemExit, match="--max-steps N and/or --max-minutes M"):
         main(["train", "--out", str(tmp_path)])
@@ -196,6 +205,7 @@ BAD_INPUTS = [  # (arguments after the command, what the one-line answer must sa
     (["train", "--max-steps", "1", "--lr-scale", "-1"], "argument --lr-scale: expected a finite number > 0, got -1"),
     (["train", "--max-minutes", "inf"], "argument --max-minutes: expected a finite number > 0, got inf"),
     (["train", "--max-steps", "1", "--checkpoint-minutes", "0"], "expected a finite number > 0, got 0"),
+    (["train", "--max-steps", "1", "--dropout", "1"], "argument --dropout: expected a number in [0, 1), got 1"),
     (["train", "--max-steps", "1", "--label-smoothing", "1"], "label_smoothing must be in [0, 1); got 1.0"),
     (["train", "--max-steps", "1", "--vocab-size", "3", "--out", "{tmp}/new"], "vocab_size=3 is too small"),
     (["train", "--max-steps", "1", "--device", "banana"], "unknown device 'banana'"),

@@ -70,7 +70,9 @@ def _probability(text: str) -> float:
     try:
         value = float(text)
     except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a number in [0, 1), got {text!r}") from None
+        raise argparse.ArgumentTypeError(
+            f"expected a number in [0, 1), got {text!r}"
+        ) from None
     if not 0 <= value < 1:
         raise argparse.ArgumentTypeError(f"expected a number in [0, 1), got {text}")
     return value
