@@ -4,6 +4,7 @@
 #
 #   bash benchmarks/gpu.sh tests                      # the CUDA-marked tests
 #   bash benchmarks/gpu.sh throughput                 # base and big: tokens/s, MFU, memory
+#   bash benchmarks/gpu.sh profile                    # where a base step's time goes (Trainer, bare)
 #   bash benchmarks/gpu.sh multi30k DATA MINUTES NAME=FLAGS...  # recipes side by side, scored
 #
 # The Multi30k runs of benchmarks/results/multi30k_gpu_*.json:
@@ -11,12 +12,16 @@
 #       tiny16k="--preset tiny --max-steps 16000"
 #   bash benchmarks/gpu.sh multi30k DATA 3 small-d03="--preset small --dropout 0.3" \
 #       small-d03-preln="--preset small --dropout 0.3 --pre-ln" tiny-preln="--preset tiny --pre-ln"
+#   bash benchmarks/gpu.sh multi30k DATA 4.5 tinypre="--preset tiny --pre-ln" \
+#       tinypre8k="--preset tiny --pre-ln --max-tokens 8192" \
+#       smallpre8k="--preset small --dropout 0.3 --pre-ln --max-tokens 8000" \
+#       basepre="--preset base --vocab-size 8000 --max-tokens 8000 --dropout 0.3 --pre-ln --warmup-steps 1000"
 #   bash benchmarks/gpu.sh decoding DATA RUN          # greedy and beam, cache or not, nn.Transformer
 #
 # DATA is the Multi30k folder (default ../shared/data/multi30k); results go to
 # benchmarks/results, logs and runs to runs/gpu.
 set -euo pipefail
-stage=${1:?stage: tests, throughput, multi30k or decoding}
+stage=${1:?stage: tests, throughput, profile, multi30k or decoding}
 data=${2:-../shared/data/multi30k}
 logs=runs/gpu
 results=benchmarks/results
@@ -34,6 +39,10 @@ throughput)
             --min-length 28 --precisions bf16 --compile --warmup 5 --steps 20 --repeats 1 \
             --trainer-tokens 25000 --json "$results/train_gpu_$preset.json"
     done
+    ;;
+profile)
+    python benchmarks/profile_step.py --device cuda --preset base --max-tokens 25000 --pairs 10000 \
+        --warmup 15 --steps 5 --json "$results/profile_gpu_base.json"
     ;;
 multi30k)
     # Recipes trained at once on the one GPU, each NAME=FLAGS (FLAGS added to train's); each gets
@@ -66,7 +75,7 @@ decoding)
         --device cuda --out "$results/decoding_gpu.json"
     ;;
 *)
-    echo "unknown stage $stage: expected tests, throughput, multi30k or decoding" >&2
+    echo "unknown stage $stage: expected tests, throughput, profile, multi30k or decoding" >&2
     exit 2
     ;;
 esac
