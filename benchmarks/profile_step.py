@@ -24,6 +24,7 @@ from torch.profiler import ProfilerActivity, profile
 
 from report import machine, write_report
 from train_scale import write_corpus
+from train_throughput import bare_step
 from transformer import Trainer, TrainingConfig, TransformerConfig
 
 GROUPS = {  # kernel name fragments -> group, the first that matches; cuDNN's attention kernels
@@ -100,19 +101,14 @@ def main() -> None:
         batches = [trainer.data.train.batch(indices, trainer.pad_multiple).to(device) for indices in plan]
         batches = iter(batches * 2)
 
-        def bare_step():  # what Trainer.train_step does, the batch already on the device
-            batch = next(batches)
-            loss = trainer.forward_loss(batch.src, batch.tgt_in, batch.tgt_out)
-            (loss / batch.n_tokens).backward()
-            trainer.optimizer.step()
-            trainer.optimizer.zero_grad(set_to_none=True)
-            trainer.schedule.step()
+        def next_bare_step():
+            bare_step(trainer, next(batches))
 
         for _ in range(args.steps):  # every shape of the profiled batches seen once, untimed
-            bare_step()
+            next_bare_step()
         results = {
             "trainer": profile_steps(trainer.train_step, args.steps, device, args.trace and Path(args.trace)),
-            "bare": profile_steps(bare_step, args.steps, device, None),
+            "bare": profile_steps(next_bare_step, args.steps, device, None),
         }
         results["target_tokens_per_step"] = sum(b.n_tokens for b in
                                                 (trainer.data.train.batch(i, 1) for i in plan)) / args.steps

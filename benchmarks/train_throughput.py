@@ -133,6 +133,16 @@ def measure(name, model, config, src, tgt, dtype, compile_model, warmup, steps, 
     return result
 
 
+def bare_step(trainer: Trainer, batch) -> torch.Tensor:
+    """What Trainer.train_step does with one batch already on the device; returns its loss."""
+    loss = trainer.forward_loss(batch.src, batch.tgt_in, batch.tgt_out)
+    (loss / batch.n_tokens).backward()
+    trainer.optimizer.step()
+    trainer.optimizer.zero_grad(set_to_none=True)
+    trainer.schedule.step()
+    return loss
+
+
 def trainer_end_to_end(model_config, device, precision, max_tokens, warmup, steps, work: Path) -> dict:
     """Tokens/s of Trainer.train_step (data pipeline included) and of the same steps on the same
     batches held in memory."""
@@ -150,11 +160,7 @@ def trainer_end_to_end(model_config, device, precision, max_tokens, warmup, step
         sync(device)
         start = time.perf_counter()
         for batch in batches:
-            loss = trainer.forward_loss(batch.src, batch.tgt_in, batch.tgt_out)
-            (loss / batch.n_tokens).backward()
-            trainer.optimizer.step()
-            trainer.optimizer.zero_grad(set_to_none=True)
-            trainer.schedule.step()
+            loss = bare_step(trainer, batch)
         loss.item()
         return time.perf_counter() - start
 
