@@ -82,3 +82,77 @@ def test_notebooks_for_nbval_and_colab_keep_the_chapter_and_install_only_on_cola
     assert "git\", \"clone\"" in first.source and "https://github.com/" in first.source
     assert notebook.metadata["module"] == "attention"
     exec(compile(first.source, "colab-cell", "exec"), {})  # outside Colab it does nothing
+
+
+def _merge(source: str) -> str:
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("export", ROOT / "tools" / "export.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module.merge_methods(source, Path("chapter.md"))
+
+
+def test_methods_added_in_later_cells_are_moved_into_their_class():
+    cells = '''class Counter:
+    """Counts."""
+
+    def __init__(self):
+        self.n = 0
+
+
+x = 1
+
+
+@add_to_class(Counter)
+def add(self, k: int = 1) -> None:
+    """Add k.
+
+    Returns nothing."""
+    self.n += k  # in place
+
+
+@add_to_class(Counter)
+@classmethod
+def start(cls) -> "Counter":
+    return cls()
+'''
+    expected = '''class Counter:
+    """Counts."""
+
+    def __init__(self):
+        self.n = 0
+
+    def add(self, k: int = 1) -> None:
+        """Add k.
+
+        Returns nothing."""
+        self.n += k  # in place
+
+    @classmethod
+    def start(cls) -> "Counter":
+        return cls()
+
+
+x = 1
+'''
+    assert _merge(cells) == expected
+    namespace: dict = {}
+    exec(expected, namespace)
+    counter = namespace["Counter"].start()
+    counter.add(3)
+    assert counter.n == 3
+    assert _merge("def f():\n    return 1\n") == "def f():\n    return 1\n"
+
+
+@pytest.mark.parametrize(
+    "later, message",
+    [
+        ("@add_to_class(Missing)\ndef f(self):\n    pass\n", "a class exported by an earlier cell"),
+        ("@add_to_class(A)\ndef __init__(self):\n    super().__init__()\n", "super(A, self)"),
+        ('@add_to_class(A)\ndef f(self):\n    return """a\nb"""\n', "multi-line string"),
+    ],
+)
+def test_a_method_that_cannot_move_unchanged_is_refused(later, message):
+    with pytest.raises(ValueError, match=re.escape(message)):
+        _merge("class A:\n    pass\n\n\n" + later)

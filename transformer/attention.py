@@ -159,6 +159,28 @@ class MultiHeadAttention(nn.Module):
         batch, n, _ = x.shape
         return x.view(batch, n, self.n_heads, d).transpose(1, 2)  # (batch, h, n, d)
 
+    def _heads(
+        self, query: Tensor, key: Tensor, value: Tensor, cache: KeyValueCache | None
+    ) -> tuple[Tensor, Tensor, Tensor]:
+        """Q W^Q, K W^K, V W^V split into heads, (batch, h, n, d), keys and values from the
+        cache where it holds them."""
+        if cache is not None and cache.static and cache.key is not None:
+            q, (k, v) = self._project(query, 0, 0), (cache.key, cache.value)
+            return self._split_heads(q, self.d_k), k, v
+        if query is key and key is value:  # self-attention: one product
+            q, k, v = self._project(query, 0, 2).split(self.sizes, -1)
+        elif key is value:  # encoder-decoder attention: one product for K and V
+            q = self._project(query, 0, 0)
+            k, v = self._project(key, 1, 2).split(self.sizes[1:], -1)
+        else:
+            q, k, v = (self._project(x, i, i) for i, x in enumerate((query, key, value)))
+        k, v = self._split_heads(k, self.d_k), self._split_heads(v, self.d_v)
+        if cache is not None:
+            if cache.key is not None:  # append the new positions
+                k, v = torch.cat([cache.key, k], 2), torch.cat([cache.value, v], 2)
+            cache.key, cache.value = k, v
+        return self._split_heads(q, self.d_k), k, v
+
     def _check_inputs(self, query: Tensor, key: Tensor, value: Tensor) -> None:
         for name, x in (("query", query), ("key", key), ("value", value)):
             if x.dim() != 3 or x.size(-1) != self.d_model:
@@ -166,9 +188,9 @@ class MultiHeadAttention(nn.Module):
                     f"{name} must have shape (batch, length, d_model={self.d_model}); "
                     f"got {tuple(x.shape)}"
                 )
-        if not (query.size(0) == key.size(0) == value.size(0)) or key.size(
+        if not (query.size(0) == key.size(0) == value.size(0)) or key.size(1) != value.size(
             1
-        ) != value.size(1):
+        ):
             raise ValueError(
                 f"query, key and value must share the batch size, and key and value the length; "
                 f"got {tuple(query.shape)}, {tuple(key.shape)}, {tuple(value.shape)}"
@@ -205,27 +227,7 @@ class MultiHeadAttention(nn.Module):
         """
         self._check_inputs(query, key, value)
         batch, n_q, _ = query.shape
-        if cache is not None and cache.static and cache.key is not None:
-            q, (k, v) = self._project(query, 0, 0), (cache.key, cache.value)
-        else:
-            if query is key and key is value:  # self-attention: one product
-                q, k, v = self._project(query, 0, 2).split(self.sizes, -1)
-            elif key is value:  # encoder-decoder attention: one product for K and V
-                q = self._project(query, 0, 0)
-                k, v = self._project(key, 1, 2).split(self.sizes[1:], -1)
-            else:
-                q, k, v = (
-                    self._project(x, i, i) for i, x in enumerate((query, key, value))
-                )
-            k = self._split_heads(k, self.d_k)  # (batch, h, n_k, d_k)
-            v = self._split_heads(v, self.d_v)  # (batch, h, n_k, d_v)
-            if cache is not None:
-                if cache.key is not None:
-                    k, v = torch.cat([cache.key, k], dim=2), torch.cat(
-                        [cache.value, v], dim=2
-                    )
-                cache.key, cache.value = k, v
-        q = self._split_heads(q, self.d_k)  # (batch, h, n_q, d_k)
+        q, k, v = self._heads(query, key, value, cache)
         n_k = k.size(2)
         if mask is not None:
             self._check_mask(mask, n_q, n_k, batch)

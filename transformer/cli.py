@@ -130,80 +130,16 @@ def _add_train(commands: argparse._SubParsersAction) -> None:
     data.add_argument(
         "--vocab-size", type=_number(int), help="size of the shared BPE vocabulary"
     )
-    model = train.add_argument_group("model (a new run; a resumed one keeps its own)")
-    model.add_argument(
-        "--dropout", type=_probability, help="P_drop of the sub-layers (paper: 0.1)"
-    )
-    model.add_argument(
-        "--pre-ln",
-        dest="norm_first",
-        action="store_const",
-        const=True,
-        help="LayerNorm before each sub-layer instead of after (the paper's)",
-    )
-    run = train.add_argument_group("run")
-    run.add_argument(
-        "--max-steps", type=_number(int), help="stop after this many updates"
-    )
-    run.add_argument(
-        "--max-minutes", type=_number(float), help="stop after this much training time"
-    )
-    run.add_argument(
-        "--max-tokens",
-        type=_number(int),
-        help="tokens per update and side, over all processes and accumulated batches "
-        "(paper: 25000)",
-    )
-    run.add_argument(
-        "--accumulate",
-        type=_number(int),
-        help="batches per update (gradient accumulation)",
-    )
-    run.add_argument(
-        "--warmup-steps",
-        type=_number(int),
-        help="warm-up steps of the schedule (paper: 4000)",
-    )
-    run.add_argument(
-        "--lr-scale",
-        type=_number(float),
-        help="multiplier of the paper's learning-rate curve",
-    )
-    run.add_argument("--label-smoothing", type=float, help="epsilon_ls (paper: 0.1)")
-    run.add_argument(
-        "--precision",
-        choices=["auto", "fp32", "bf16", "fp16"],
-        help="autocast precision (default: auto)",
-    )
-    run.add_argument(
-        "--compile",
-        action=argparse.BooleanOptionalAction,
-        help="torch.compile the step (default: on CUDA only)",
-    )
-    run.add_argument("--device", help="auto (default), cpu, cuda, cuda:1, mps")
     data.add_argument(
         "--cache-dir",
         help="where tokenized corpora are kept (default: $TRANSFORMER_CACHE, else "
         "~/.cache/transformer)",
     )
-    run.add_argument("--seed", type=int)
-    run.add_argument(
-        "--log-every", type=_number(int), help="log the loss every N steps"
+    _add_model_options(
+        train.add_argument_group("model (a new run; a resumed one keeps its own)")
     )
-    run.add_argument("--eval-every", type=_number(int), help="validate every N steps")
-    run.add_argument(
-        "--checkpoint-minutes",
-        type=_number(float),
-        help="write a checkpoint every N minutes (paper: 10)",
-    )
-    run.add_argument(
-        "--checkpoint-every",
-        type=_number(int),
-        help="also write a checkpoint every N steps",
-    )
-    run.add_argument(
-        "--keep-checkpoints", type=_number(int), help="keep the newest N checkpoints"
-    )
+    _add_schedule_options(train.add_argument_group("schedule"))
+    _add_run_options(train.add_argument_group("run"))
 
 
 def _add_data_options(group: argparse._ArgumentGroup) -> None:
@@ -221,6 +157,108 @@ def _add_data_options(group: argparse._ArgumentGroup) -> None:
     )
 
 
+def _add_model_options(group: argparse._ArgumentGroup) -> None:
+    group.add_argument(
+        "--dropout", type=_probability, help="P_drop of the sub-layers (paper: 0.1)"
+    )
+    group.add_argument(
+        "--pre-ln",
+        dest="norm_first",
+        action="store_const",
+        const=True,
+        help="LayerNorm before each sub-layer instead of after (the paper's)",
+    )
+
+
+def _add_schedule_options(group: argparse._ArgumentGroup) -> None:
+    group.add_argument(
+        "--max-steps", type=_number(int), help="stop after this many updates"
+    )
+    group.add_argument(
+        "--max-minutes", type=_number(float), help="stop after this much training time"
+    )
+    group.add_argument(
+        "--max-tokens",
+        type=_number(int),
+        help="tokens per update and side, over all processes and accumulated batches "
+        "(paper: 25000)",
+    )
+    group.add_argument(
+        "--accumulate",
+        type=_number(int),
+        help="batches per update (gradient accumulation)",
+    )
+    group.add_argument(
+        "--warmup-steps",
+        type=_number(int),
+        help="warm-up steps of the schedule (paper: 4000)",
+    )
+    group.add_argument(
+        "--lr-scale",
+        type=_number(float),
+        help="multiplier of the paper's learning-rate curve",
+    )
+    group.add_argument("--label-smoothing", type=float, help="epsilon_ls (paper: 0.1)")
+
+
+def _add_run_options(group: argparse._ArgumentGroup) -> None:
+    group.add_argument(
+        "--precision",
+        choices=["auto", "fp32", "bf16", "fp16"],
+        help="autocast precision (default: auto)",
+    )
+    group.add_argument(
+        "--compile",
+        action=argparse.BooleanOptionalAction,
+        help="torch.compile the step (default: on CUDA only)",
+    )
+    group.add_argument("--device", help="auto (default), cpu, cuda, cuda:1, mps")
+    group.add_argument("--seed", type=int)
+    group.add_argument(
+        "--log-every", type=_number(int), help="log the loss every N steps"
+    )
+    group.add_argument("--eval-every", type=_number(int), help="validate every N steps")
+    group.add_argument(
+        "--checkpoint-minutes",
+        type=_number(float),
+        help="write a checkpoint every N minutes (paper: 10)",
+    )
+    group.add_argument(
+        "--checkpoint-every",
+        type=_number(int),
+        help="also write a checkpoint every N steps",
+    )
+    group.add_argument(
+        "--keep-checkpoints", type=_number(int), help="keep the newest N checkpoints"
+    )
+
+
+def _new_trainer(args: argparse.Namespace, given: dict) -> Trainer:
+    """A Trainer for a new run: the preset's settings under the options given."""
+    model_overrides, training_defaults = PRESETS[args.preset]
+    model_given = {
+        k: v for k in ("dropout", "norm_first") if (v := getattr(args, k)) is not None
+    }
+    model_overrides = {k: v for k, v in model_overrides.items() if k not in model_given}
+    if args.preset == "small":
+        text = given.get("data", "numbers") != "numbers"
+        training_defaults = {
+            **training_defaults,
+            **SMALL_DATA["text" if text else "numbers"],
+        }
+    if "max_steps" not in given and "max_minutes" not in given:
+        raise SystemExit(
+            "error: say when to stop: --max-steps N and/or --max-minutes M"
+        )
+    return Trainer.from_config(
+        TransformerConfig(**model_overrides, **model_given),
+        TrainingConfig(**{**training_defaults, **given}),
+        args.out,
+        None,
+        args.overwrite,
+    )
+
+
 def _train(args: argparse.Namespace) -> int:
     given = {
         f.name: getattr(args, f.name)
@@ -234,33 +272,7 @@ def _train(args: argparse.Namespace) -> int:
             )
         trainer = Trainer.resume(args.resume, args.out, args.overwrite, **given)
     else:
-        model_overrides, training_defaults = PRESETS[args.preset]
-        model_given = {
-            k: v
-            for k in ("dropout", "norm_first")
-            if (v := getattr(args, k)) is not None
-        }
-        model_overrides = {
-            k: v for k, v in model_overrides.items() if k not in model_given
-        }
-        if args.preset == "small":
-            text = given.get("data", "numbers") != "numbers"
-            training_defaults = {
-                **training_defaults,
-                **SMALL_DATA["text" if text else "numbers"],
-            }
-        if "max_steps" not in given and "max_minutes" not in given:
-            raise SystemExit(
-                "error: say when to stop: --max-steps N and/or --max-minutes M"
-            )
-        config = TrainingConfig(**{**training_defaults, **given})
-        trainer = Trainer.from_config(
-            TransformerConfig(**model_overrides, **model_given),
-            config,
-            args.out,
-            None,
-            args.overwrite,
-        )
+        trainer = _new_trainer(args, given)
     if trainer.rank == 0:
         n_parameters = sum(p.numel() for p in trainer.model.parameters())
         print(

@@ -21,7 +21,8 @@ def _output_limits(
     model: Transformer, src: Tensor, max_len: int | None, extra_len: int = 50
 ) -> Tensor:
     """Maximum output length of each sentence: max_len, or its input length + extra_len
-    (50 in §6.1, 300 for parsing in §6.3) but no more than the model's max_len positions."""
+    (50 in §6.1, 300 for parsing in §6.3) but no more than the model's max_len positions.
+    """
     if max_len is not None:
         if max_len < 1:
             raise ValueError(f"max_len must be at least 1; got {max_len}")

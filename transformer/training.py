@@ -387,10 +387,23 @@ class Trainer:
             config.compile if config.compile is not None else self.device.type == "cuda"
         )
         self.pad_multiple = config.pad_multiple or (8 if self.compile else 1)
-        parts = self.world_size * config.accumulate
+        self.sampler = self._sampler()
+        self.step, self.epoch, self.batch_index = 0, 0, 0
+        self.network: nn.Module = self.model
+        if self.world_size > 1:
+            self.network = nn.parallel.DistributedDataParallel(
+                self.model,
+                device_ids=[self.device] if self.device.type == "cuda" else None,
+            )
+        self.forward_loss = torch.compile(self._loss) if self.compile else self._loss
+        self._stream: Iterator[tuple[Batch, int, int]] | None = None
+
+    def _sampler(self) -> TokenBatchSampler:
+        """This rank's batches: max_tokens per update, split over ranks and accumulation."""
+        config, parts = self.config, self.world_size * self.config.accumulate
         try:
-            self.sampler = TokenBatchSampler(
-                data.train.lengths(),
+            return TokenBatchSampler(
+                self.data.train.lengths(),
                 config.max_tokens // parts,
                 seed=config.seed,
                 rank=self.rank,
@@ -403,15 +416,6 @@ class Trainer:
                 f"x {config.accumulate} accumulated batch(es), leaves "
                 f"{config.max_tokens // parts} per batch: {error}"
             ) from error
-        self.step, self.epoch, self.batch_index = 0, 0, 0
-        self.network: nn.Module = self.model
-        if self.world_size > 1:
-            self.network = nn.parallel.DistributedDataParallel(
-                self.model,
-                device_ids=[self.device] if self.device.type == "cuda" else None,
-            )
-        self.forward_loss = torch.compile(self._loss) if self.compile else self._loss
-        self._stream: Iterator[tuple[Batch, int, int]] | None = None
 
     @classmethod
     def from_config(
@@ -429,9 +433,7 @@ class Trainer:
         own = resumed_from is not None and resumed_from.resolve() == Path(out).resolve()
         if init_distributed(pick_device(config.device))[0] == 0:  # rank 0 writes
             check_output_folder(Path(out), own, overwrite)
-        tokenizer = (
-            Tokenizer.from_str(state["tokenizer"]) if state is not None else None
-        )
+        tokenizer = Tokenizer.from_str(state["tokenizer"]) if state is not None else None
         data = prepare_data(
             config.data,
             config.src_lang,
@@ -479,25 +481,6 @@ class Trainer:
             model_config, config, out or path.parent, state, overwrite, path.parent
         )
 
-    def _load_state(self, state: dict) -> None:
-        if len(state["rng"]) != self.world_size:
-            raise ValueError(
-                f"the checkpoint was written by {len(state['rng'])} process(es); resume it "
-                f"with as many, not {self.world_size} (the data shards and random streams depend on it)"
-            )
-        self.model.load_state_dict(state["model"])
-        self.optimizer.load_state_dict(state["optimizer"])
-        self.schedule.load_state_dict(state["schedule"])
-        self.scaler.load_state_dict(state["scaler"])
-        self.step, self.epoch, self.batch_index = (
-            state["step"],
-            state["epoch"],
-            state["batch_index"],
-        )
-        torch.set_rng_state(state["rng"][self.rank])
-        if self.device.type == "cuda":
-            torch.cuda.set_rng_state(state["cuda_rng"][self.rank], self.device)
-
     def _all_ranks(self, value: Tensor) -> list[Tensor]:
         if self.world_size == 1:
             return [value]
@@ -539,6 +522,25 @@ class Trainer:
             ]:
                 old.unlink()
         return path
+
+    def _load_state(self, state: dict) -> None:
+        if len(state["rng"]) != self.world_size:
+            raise ValueError(
+                f"the checkpoint was written by {len(state['rng'])} process(es); resume it "
+                f"with as many, not {self.world_size} (the data shards and random streams depend on it)"
+            )
+        self.model.load_state_dict(state["model"])
+        self.optimizer.load_state_dict(state["optimizer"])
+        self.schedule.load_state_dict(state["schedule"])
+        self.scaler.load_state_dict(state["scaler"])
+        self.step, self.epoch, self.batch_index = (
+            state["step"],
+            state["epoch"],
+            state["batch_index"],
+        )
+        torch.set_rng_state(state["rng"][self.rank])
+        if self.device.type == "cuda":
+            torch.cuda.set_rng_state(state["cuda_rng"][self.rank], self.device)
 
     def _autocast(self) -> contextlib.AbstractContextManager:
         if self.dtype is None:
