@@ -139,7 +139,7 @@ def test_beam_search_rejects_a_bad_beam_size_and_max_len():
     model = _model()
     with pytest.raises(ValueError, match="beam_size"):
         beam_search(model, torch.tensor([[5, 6]]), beam_size=0)
-    with pytest.raises(ValueError, match="alpha must be >= 0"):
+    with pytest.raises(ValueError, match="alpha >= 0"):
         beam_search(model, torch.tensor([[5, 6]]), alpha=-0.5)
     with pytest.raises(ValueError, match="max_len"):
         greedy_decode(model, torch.tensor([[5, 6]]), max_len=0)

@@ -289,19 +289,18 @@ class TokenBatchSampler:
         self.max_tokens, self.shuffle, self.seed = max_tokens, shuffle, seed
         self.rank, self.world_size = rank, world_size
 
+    def __len__(self) -> int:
+        return len(self.epoch(0))
+
     def epoch(self, epoch: int) -> list[np.ndarray]:
         """This rank's batches for one epoch, each an array of pair indices."""
         rng = np.random.default_rng([self.seed % 2**32, epoch])
         n = len(self.width)
         order = rng.permutation(n) if self.shuffle else np.arange(n)
-        order = order[
-            np.argsort(self.width[order], kind="stable")
-        ]  # ties stay shuffled
+        order = order[np.argsort(self.width[order], kind="stable")]  # ties stay shuffled
         width = self.width[order]
         batches, start = [], 0
-        while (
-            start < n
-        ):  # padded size of the first k pairs from start: k * width[k - 1]
+        while start < n:  # padded size of the first k pairs from start: k * width[k - 1]
             window = width[start : start + self.max_tokens // width[start]]
             padded = np.arange(1, len(window) + 1) * window  # increasing
             size = int(np.searchsorted(padded, self.max_tokens, side="right"))
@@ -317,9 +316,6 @@ class TokenBatchSampler:
             kept = len(batches) - len(batches) % self.world_size
             batches = batches[:kept][self.rank :: self.world_size]
         return batches
-
-    def __len__(self) -> int:
-        return len(self.epoch(0))
 
 
 @dataclass

@@ -87,6 +87,45 @@ class Hypotheses:
     scores: Tensor
     log_probs: Tensor
 
+    @classmethod
+    def none(cls, batch: int, k: int, longest: int, device: torch.device) -> Hypotheses:
+        """No hypothesis finished yet: k rows of <pad> for each sentence, scored -inf."""
+        empty = torch.full((batch, k), float("-inf"), device=device)
+        tokens = torch.full((batch, k, longest), PAD, dtype=torch.long, device=device)
+        return cls(tokens, empty, empty.clone())
+
+
+def _extend(
+    alive: Tensor, alive_logp: Tensor, logp: Tensor, longest: int
+) -> tuple[Tensor, Tensor, Tensor, Tensor]:
+    """The 2k best one-token extensions of each sentence's k prefixes alive (batch * k, t):
+    their log P, the rows of `alive` they extend, their new token (each (batch, 2k)), and the
+    extended sequences without <bos>, padded to `longest` (batch, 2k, longest)."""
+    (batch, k), (vocab, t) = alive_logp.shape, (logp.size(-1), alive.size(1))
+    candidates = (alive_logp.view(-1, 1) + logp).view(batch, k * vocab)
+    top_logp, top = candidates.topk(min(2 * k, k * vocab), dim=1)
+    first_row = torch.arange(batch, device=logp.device)[:, None] * k
+    rows, token = top // vocab + first_row, top % vocab
+    sequences = torch.cat([alive[rows.flatten(), 1:], token.view(-1, 1)], 1)
+    sequences = F.pad(sequences.view(batch, -1, t), (0, longest - t), value=PAD)
+    return top_logp, rows, token, sequences
+
+
+def _add_finished(
+    done: Hypotheses, sequences: Tensor, log_probs: Tensor, scores: Tensor
+) -> None:
+    """Keep the k best of the finished hypotheses and the candidates that just ended (those
+    with a score; the others are -inf)."""
+    k, longest = done.tokens.shape[1:]
+    done.scores, best = torch.cat([done.scores, scores], 1).topk(k, dim=1)
+    done.log_probs = torch.cat([done.log_probs, log_probs], 1).gather(1, best)
+    done.tokens = torch.cat([done.tokens, sequences], 1).gather(
+        1, best[..., None].expand(-1, -1, longest)
+    )
+    empty = done.scores == float("-inf")  # fewer than k finished so far
+    done.tokens.masked_fill_(empty[..., None], PAD)
+    done.log_probs.masked_fill_(empty, float("-inf"))
+
 
 @torch.no_grad()
 def beam_search(
@@ -104,11 +143,10 @@ def beam_search(
     max_len defaults to each sentence's length + extra_len. on_step(t, prefixes
     (batch, k, t), log-probabilities (batch, k)) sees the beam after every step.
     """
-    if beam_size < 1:
-        raise ValueError(f"beam_size must be at least 1; got {beam_size}")
-    if alpha < 0:
+    if beam_size < 1 or alpha < 0:
         raise ValueError(
-            f"alpha must be >= 0 (early stopping relies on it); got {alpha}"
+            "beam_size must be at least 1 and alpha >= 0 (early stopping relies on it); "
+            f"got beam_size={beam_size}, alpha={alpha}"
         )
     batch, k, device = src.size(0), beam_size, src.device
     limits = _output_limits(model, src, max_len, extra_len)
@@ -119,37 +157,20 @@ def beam_search(
     alive = torch.full((batch * k, 1), BOS, dtype=torch.long, device=device)
     alive_logp = torch.zeros(batch, k, device=device)
     alive_logp[:, 1:] = float("-inf")  # one empty hypothesis, not k copies
-    done = Hypotheses(
-        torch.full((batch, k, longest), PAD, dtype=torch.long, device=device),
-        torch.full((batch, k), float("-inf"), device=device),
-        torch.full((batch, k), float("-inf"), device=device),
-    )
+    done = Hypotheses.none(batch, k, longest, device)
     complete = torch.zeros(batch, dtype=torch.bool, device=device)
-    first_row = torch.arange(batch, device=device)[:, None] * k
     for t in range(1, longest + 1):
         logits = model.decode(
             alive[:, -1:] if use_cache else alive, memory, memory_mask, cache
         )[:, -1]
-        logp = _never_generated(logits)  # (batch * k, vocab)
-        vocab = logp.size(-1)
-        candidates = (alive_logp.view(-1, 1) + logp).view(batch, k * vocab)
-        top_logp, top = candidates.topk(min(2 * k, k * vocab), dim=1)  # (batch, 2k)
-        rows, token = top // vocab + first_row, top % vocab
-        sequences = torch.cat([alive[rows.flatten(), 1:], token.view(-1, 1)], 1)
-        sequences = F.pad(sequences.view(batch, -1, t), (0, longest - t), value=PAD)
-        at_limit = (t >= limits)[:, None]
-        ended = (token == EOS) | at_limit
+        top_logp, rows, token, sequences = _extend(
+            alive, alive_logp, _never_generated(logits), longest
+        )
+        ended = (token == EOS) | (t >= limits)[:, None]
         ended_scores = (top_logp / length_penalty(t, alpha)).masked_fill(
             ~ended | complete[:, None], float("-inf")
         )
-        done.scores, best = torch.cat([done.scores, ended_scores], 1).topk(k, dim=1)
-        done.log_probs = torch.cat([done.log_probs, top_logp], 1).gather(1, best)
-        done.tokens = torch.cat([done.tokens, sequences], 1).gather(
-            1, best[..., None].expand(-1, -1, longest)
-        )
-        empty = done.scores == float("-inf")  # fewer than k finished so far
-        done.tokens.masked_fill_(empty[..., None], PAD)
-        done.log_probs.masked_fill_(empty, float("-inf"))
+        _add_finished(done, sequences, top_logp, ended_scores)
         alive_logp, keep = top_logp.masked_fill(ended, float("-inf")).topk(k, dim=1)
         best_possible = alive_logp[:, 0] / length_penalty(limits, alpha)
         complete |= (done.scores[:, 0] >= best_possible) | (t >= limits)

@@ -50,6 +50,12 @@ class TransformerConfig:
     layer_norm_eps: float = 1e-6
 
     def __post_init__(self) -> None:
+        self._check_sizes()
+        self._check_rates()
+        self._check_choices()
+
+    def _check_sizes(self) -> None:
+        """Widths, counts and lengths: positive integers; heads that divide d_model."""
         for name in (
             "src_vocab_size",
             "tgt_vocab_size",
@@ -73,6 +79,9 @@ class TransformerConfig:
                 f"d_model must be divisible by n_heads (d_k = d_v = d_model / n_heads); "
                 f"got d_model={self.d_model}, n_heads={self.n_heads}"
             )
+
+    def _check_rates(self) -> None:
+        """Dropout rates in [0, 1), switches True or False, a positive LayerNorm epsilon."""
         for name in ("dropout", "attention_dropout", "activation_dropout"):
             value = getattr(self, name)
             if not isinstance(value, (int, float)) or not 0.0 <= value < 1.0:
@@ -87,6 +96,9 @@ class TransformerConfig:
             raise ValueError(
                 f"layer_norm_eps must be a positive finite number; got {eps!r}"
             )
+
+    def _check_choices(self) -> None:
+        """Named options, and what they need of the sizes."""
         if self.activation not in PositionwiseFeedForward.ACTIVATIONS:
             raise ValueError(
                 f"activation must be one of {sorted(PositionwiseFeedForward.ACTIVATIONS)}; "
@@ -362,9 +374,7 @@ class Transformer(nn.Module):
             )
         if check_range:
             vocab_size = (
-                self.config.src_vocab_size
-                if name == "src"
-                else self.config.tgt_vocab_size
+                self.config.src_vocab_size if name == "src" else self.config.tgt_vocab_size
             )
             check_token_ids(tokens, vocab_size, name)
 
@@ -417,9 +427,7 @@ class Transformer(nn.Module):
 
     def new_cache(self) -> list[tuple[KeyValueCache, KeyValueCache]]:
         """Empty key/value caches for incremental decoding: (self, cross) for each decoder layer."""
-        return [
-            (KeyValueCache(), KeyValueCache(static=True)) for _ in self.decoder.layers
-        ]
+        return [(KeyValueCache(), KeyValueCache(static=True)) for _ in self.decoder.layers]
 
 
 __all__ = ['TransformerConfig', 'SublayerConnection', 'EncoderLayer', 'Encoder', 'DecoderLayer', 'Decoder', 'Transformer']

@@ -270,6 +270,10 @@ class TrainingConfig:
     cache_dir: str | None = None
 
     def __post_init__(self) -> None:
+        self._check()
+
+    def _check(self) -> None:
+        """Every setting in its range, and a way to stop."""
         if self.max_steps is None and self.max_minutes is None:
             raise ValueError(
                 "set max_steps or max_minutes (or both): a run must know when to stop"
@@ -295,9 +299,7 @@ class TrainingConfig:
                 what = "a positive integer" if integer else "a positive finite number"
                 raise ValueError(f"{name} must be {what}; got {value!r}")
             if not math.isfinite(value):
-                raise ValueError(
-                    f"{name} must be a positive finite number; got {value!r}"
-                )
+                raise ValueError(f"{name} must be a positive finite number; got {value!r}")
         if self.prefetch < 0:
             raise ValueError(f"prefetch must be >= 0 batches; got {self.prefetch}")
         if not 0.0 <= self.label_smoothing < 1.0:
