@@ -25,6 +25,7 @@ from transformer import (
     load_model,
     make_optimizer,
     save_checkpoint,
+    train_once,
 )
 
 TINY = TransformerConfig(d_model=32, n_heads=4, d_ff=64, n_layers=2, dropout=0.1)
@@ -91,6 +92,24 @@ def test_resume_gives_the_same_parameters_as_an_uninterrupted_run(tiny_corpus, t
     assert len(whole.sampler) < 6 and whole.epoch == resumed.epoch >= 1, "the run crossed an epoch boundary"
     for (name, a), b in zip(whole.model.state_dict().items(), resumed.model.state_dict().values()):
         assert torch.equal(a, b), name
+
+
+def test_train_once_trains_a_configuration_once_and_again_when_it_changes(tiny_corpus, tmp_path, monkeypatch):
+    config = _config(tiny_corpus, max_tokens=200)
+    first, result = train_once(TINY, config, tmp_path)
+    direct = Trainer.from_config(TINY, config, tmp_path / "direct")  # the oracle: a plain run
+    assert direct.fit(progress=False)["val_loss"] == result["val_loss"]
+    calls = []
+    monkeypatch.setattr(Trainer, "fit", lambda self, progress=True: calls.append(self) or {"step": self.step})
+    again, cached = train_once(TINY, config, tmp_path)
+    assert not calls and cached == result and again.out == first.out and again.step == 6
+    for a, b in zip(direct.model.state_dict().values(), again.model.state_dict().values()):
+        assert torch.equal(a, b)
+    other, _ = train_once(TINY, _config(tiny_corpus, max_tokens=200, max_steps=5), tmp_path)
+    assert len(calls) == 1 and other.out != first.out, "another setting is another run"
+    (first.out / "result.json").unlink()  # as if the run had been cut short
+    train_once(TINY, config, tmp_path)
+    assert len(calls) == 2, "a run without its result is trained again"
 
 
 def test_prefetching_does_not_change_the_run(tiny_corpus, tmp_path):

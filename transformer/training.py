@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import contextlib
 import functools
+import hashlib
 import json
 import math
 import os
@@ -24,6 +25,7 @@ from torch import Tensor, nn
 from torch.nn.attention import SDPBackend, sdpa_kernel
 from tqdm import tqdm
 
+import transformer
 from transformer.data import (
     PAD,
     Batch,
@@ -31,6 +33,7 @@ from transformer.data import (
     PreparedData,
     TokenBatchSampler,
     TokenizedSplit,
+    default_cache_dir,
     prepare_data,
 )
 from transformer.decoding import translate
@@ -788,4 +791,54 @@ def _run_steps(
     return metrics
 
 
-__all__ = ['learning_rate', 'make_optimizer', 'label_smoothed_loss', 'save_checkpoint', 'load_checkpoint', 'load_model', 'check_output_folder', 'folder_lock', 'pick_device', 'cpu_bf16_speedup', 'check_precision', 'autocast_dtype', 'TrainingConfig', 'init_distributed', 'validation_loss', 'Trainer', 'deferred_signals', 'train_loop']
+def train_once(
+    model_config: TransformerConfig,
+    config: TrainingConfig,
+    cache_dir: str | Path | None = None,
+    progress: bool = False,
+) -> tuple[Trainer, dict[str, float]]:
+    """Train a run, or reload it if this code trained the same configurations before.
+
+    The run lives in cache_dir (default: default_cache_dir()) / "runs" / a fingerprint of both
+    configurations and the package's source. Returns the trainer at the end of the run and
+    what its fit returned.
+    """
+    source = "".join(
+        p.read_text() for p in sorted(Path(transformer.__file__).parent.glob("*.py"))
+    )
+    settings = json.dumps([model_config.to_dict(), asdict(config)], sort_keys=True)
+    key = hashlib.sha256(f"{settings}\0{source}".encode()).hexdigest()[:16]
+    out = Path(cache_dir or default_cache_dir()) / "runs" / key
+    record = out / "result.json"
+    if record.is_file():
+        return Trainer.resume(out), json.loads(record.read_text())
+    trainer = Trainer.from_config(model_config, config, out, overwrite=True)
+    result = trainer.fit(progress)
+    if "interrupted" not in result:  # written last: a run cut short is trained again
+        record.with_suffix(".tmp").write_text(json.dumps(result))
+        record.with_suffix(".tmp").replace(record)
+    return trainer, result
+
+
+def small_number_run() -> tuple[TransformerConfig, TrainingConfig]:
+    """The book's small model of the number corpus and its run (the Training chapter)."""
+    model_config = TransformerConfig(
+        d_model=128, n_heads=4, d_ff=512, n_layers=3, dropout=0.1
+    )
+    training_config = TrainingConfig(
+        data="numbers",
+        vocab_size=200,
+        max_tokens=2000,
+        max_steps=500,
+        warmup_steps=200,
+        lr_scale=0.5,
+        eval_every=100,
+        log_every=20,
+        precision="fp32",
+        checkpoint_every=50,
+        checkpoint_minutes=1e9,
+    )
+    return model_config, training_config
+
+
+__all__ = ['learning_rate', 'make_optimizer', 'label_smoothed_loss', 'save_checkpoint', 'load_checkpoint', 'load_model', 'check_output_folder', 'folder_lock', 'pick_device', 'cpu_bf16_speedup', 'check_precision', 'autocast_dtype', 'TrainingConfig', 'init_distributed', 'validation_loss', 'Trainer', 'deferred_signals', 'train_loop', 'train_once', 'small_number_run']
