@@ -8,8 +8,8 @@
 #   bash benchmarks/gpu.sh multi30k DATA MINUTES NAME=FLAGS...  # recipes side by side, scored
 #
 # The Multi30k runs of benchmarks/results/multi30k_gpu_*.json:
-#   bash benchmarks/gpu.sh multi30k DATA 5 small="--preset small" tiny="--preset tiny --max-steps 8000" \
-#       tiny16k="--preset tiny --max-steps 16000"
+#   bash benchmarks/gpu.sh multi30k DATA 5 small="--preset small" tiny="--preset tiny --post-ln --max-steps 8000" \
+#       tiny16k="--preset tiny --post-ln --max-steps 16000"
 #   bash benchmarks/gpu.sh multi30k DATA 3 small-d03="--preset small --dropout 0.3" \
 #       small-d03-preln="--preset small --dropout 0.3 --pre-ln" tiny-preln="--preset tiny --pre-ln"
 #   bash benchmarks/gpu.sh multi30k DATA 4.5 tinypre="--preset tiny --pre-ln" \

@@ -44,13 +44,19 @@ def test_train_runs_and_summarizes(tiny_corpus, tmp_path, capsys):
     assert (out / "checkpoint-00000004.pt").exists()
 
 
-def test_the_small_preset_gets_a_real_vocabulary_for_real_text(tiny_corpus, tmp_path):
+def test_the_default_preset_follows_the_data(tiny_corpus, tmp_path):
     assert main(["train", "--data", str(tiny_corpus), "--max-steps", "1", "--out", str(tmp_path / "text")]) == 0
     assert main(["train", "--max-steps", "1", "--out", str(tmp_path / "numbers")]) == 0
-    text = load_checkpoint(tmp_path / "text" / "checkpoint-00000001.pt")["training_config"]
-    numbers = load_checkpoint(tmp_path / "numbers" / "checkpoint-00000001.pt")["training_config"]
-    assert (text["vocab_size"], text["max_tokens"]) == (8000, 4000)
-    assert (numbers["vocab_size"], numbers["max_tokens"]) == (200, 2000)
+    assert main(["train", "--data", str(tiny_corpus), "--preset", "small", "--max-steps", "1",
+                 "--out", str(tmp_path / "small-text")]) == 0
+    written = {name: load_checkpoint(tmp_path / name / "checkpoint-00000001.pt")
+               for name in ("text", "numbers", "small-text")}
+    settings = {name: (state["model_config"]["d_model"], state["model_config"]["norm_first"],
+                       state["training_config"]["vocab_size"], state["training_config"]["max_tokens"])
+                for name, state in written.items()}
+    assert settings == {"text": (128, True, 8000, 4096),  # tiny, pre-LN
+                        "numbers": (256, False, 200, 2000),  # small, on the number corpus
+                        "small-text": (256, False, 8000, 4000)}  # small, on real text
 
 
 def test_dropout_and_pre_ln_shape_a_new_model_and_are_refused_on_resume(tiny_corpus, tmp_path):
@@ -60,6 +66,11 @@ def test_dropout_and_pre_ln_shape_a_new_model_and_are_refused_on_resume(tiny_cor
     assert (model["d_model"], model["n_layers"], model["dropout"], model["norm_first"]) == (128, 4, 0.25, True)
     with pytest.raises(SystemExit, match="a resumed run keeps its checkpoint's"):
         main(["train", "--resume", str(out), "--max-steps", "2", "--dropout", "0.1", "--out", str(out)])
+    with pytest.raises(SystemExit, match="a resumed run keeps its checkpoint's"):
+        main(["train", "--resume", str(out), "--max-steps", "2", "--post-ln", "--out", str(out)])
+    post = tmp_path / "post"
+    assert main(_train_args(tiny_corpus, post, "--preset", "tiny", "--post-ln")) == 0
+    assert load_checkpoint(post / "checkpoint-00000001.pt")["model_config"]["norm_first"] is False
 
 
 def test_train_needs_a_stopping_rule(tmp_path):

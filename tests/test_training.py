@@ -100,7 +100,13 @@ def test_train_once_trains_a_configuration_once_and_again_when_it_changes(tiny_c
     direct = Trainer.from_config(TINY, config, tmp_path / "direct")  # the oracle: a plain run
     assert direct.fit(progress=False)["val_loss"] == result["val_loss"]
     calls = []
-    monkeypatch.setattr(Trainer, "fit", lambda self, progress=True: calls.append(self) or {"step": self.step})
+
+    def counted_fit(self, progress=True):  # what fit leaves behind: the folder and a result
+        calls.append(self)
+        self.out.mkdir(parents=True, exist_ok=True)
+        return {"step": self.step}
+
+    monkeypatch.setattr(Trainer, "fit", counted_fit)
     again, cached = train_once(TINY, config, tmp_path)
     assert not calls and cached == result and again.out == first.out and again.step == 6
     for a, b in zip(direct.model.state_dict().values(), again.model.state_dict().values()):
