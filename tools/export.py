@@ -5,9 +5,11 @@ tagged `export`, in order, to transformer/<module>.py. The package's __init__.py
 re-exports the public names (top-level classes and functions not starting with "_") of
 every module, and when a chapter exports `cli`, __main__.py runs its main() for
 `python -m transformer`. A class may be written across several cells, as d2l.ai does: a
-function decorated `@add_to_class(C)` in a later cell becomes a method of C in the notebook, and
-the export moves it into the body of C, so the package holds ordinary classes. Run it after editing a chapter; `--check` compares instead of writing and
-fails on any difference, including a module that is new or gone.
+function decorated `@add_to_class(C)` in a later cell becomes a method of C in the notebook,
+and the export moves it into the body of C, so the package holds ordinary classes.
+
+Run it after editing a chapter; `--check` compares instead of writing and fails on any
+difference, including a module that is new or gone.
 
     python tools/export.py            # write transformer/
     python tools/export.py --check    # exit 1 if transformer/ is out of date
