@@ -2,6 +2,7 @@
 # Both create (or reuse) the virtual environment .venv and install requirements.txt into it.
 
 PYTHON ?= python3
+JUPYTERLAB := jupyterlab==4.6.6
 VENV := .venv
 BIN := $(VENV)/bin
 NOTEBOOKS := build/notebooks
@@ -34,9 +35,11 @@ test: notebooks
 test-quick: install
 	$(BIN)/python -m pytest tests -q -m "not slow and not browser"
 
-# Every page of the built book in headless Chromium (Playwright is in requirements.txt; the
-# browser is Debian's chromium, installed here when missing and apt-get can run).
+# Every page of the built book in headless Chromium, and a chapter run and saved in JupyterLab
+# (Playwright is in requirements.txt; the browser is Debian's chromium, installed here when
+# missing and apt-get can run).
 test-browser: book
+	$(BIN)/python -m pip install --quiet $(JUPYTERLAB)
 	@command -v chromium >/dev/null || command -v chromium-browser >/dev/null || command -v google-chrome >/dev/null \
 	  || { [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null && apt-get update -qq && apt-get install -y -qq chromium; } \
 	  || { echo "make test-browser needs Chromium: apt-get install chromium (or your system's package)"; exit 1; }
@@ -52,7 +55,7 @@ train: install
 
 # The chapters as notebooks in JupyterLab (jupytext opens the .md files directly).
 lab: install
-	$(BIN)/python -m pip install --quiet jupyterlab==4.6.6
+	$(BIN)/python -m pip install --quiet $(JUPYTERLAB)
 	$(BIN)/jupyter lab book/
 
 clean:

@@ -57,8 +57,11 @@ def test_the_first_encoder_layer_weights_are_the_explicit_formula():
 def test_plot_attention_labels_queries_and_keys_and_checks_the_shape():
     fig, ax = plt.subplots()
     plot_attention(torch.full((2, 3), 1 / 3), ["a", "b"], ["x", "y", "z"], ax, "head 1")
-    assert [t.get_text() for t in ax.get_xticklabels()] == ["a", "b"]
-    assert [t.get_text() for t in ax.get_yticklabels()] == ["x", "y", "z"]
+    # a row per query, as in the mask figures: the image is the weights themselves
+    assert [t.get_text() for t in ax.get_yticklabels()] == ["a", "b"]
+    assert [t.get_text() for t in ax.get_xticklabels()] == ["x", "y", "z"]
+    assert (ax.get_ylabel(), ax.get_xlabel()) == ("query", "key")
+    assert ax.images[0].get_array().shape == (2, 3)
     with pytest.raises(ValueError, match=r"\(queries, keys\) = \(2, 3\)"):
         plot_attention(torch.zeros(3, 2), ["a", "b"], ["x", "y", "z"], ax)
     plt.close(fig)

@@ -3,8 +3,10 @@ Chromium (Debian's `chromium`, driven by Playwright) from a local HTTP server.
 
 Each page must load without console errors or failed requests, have its equations rendered by
 MathJax (no MathJax error, no raw TeX left), load every image, link only to pages and anchors
-that exist, and keep the exercise solutions hidden until clicked. Skipped when Playwright,
-a Chromium or the built book (`make book`) is missing; `make test-browser` provides all three.
+that exist, fit its outputs, equations, figures and tables in the column, show one search box,
+and keep the exercise solutions hidden until clicked. A chapter is also opened as a notebook
+in JupyterLab, run and saved. Skipped when Playwright, a Chromium, JupyterLab or the built book
+(`make book`) is missing; `make test-browser` provides them all.
 """
 
 import functools
@@ -111,6 +113,24 @@ def test_page_in_a_browser(site, page_path):
         if url.fragment and target.suffix == ".html":
             assert url.fragment in anchors(target), f"{page_path} links to {href}: no such anchor"
 
+    # nothing wider than the column: outputs, display equations, figures and tables fit
+    too_wide = page.evaluate("""() => {
+        const column = document.querySelector('main article') || document.querySelector('main');
+        const right = column.getBoundingClientRect().right + 1;
+        const parts = column.querySelectorAll(
+            '.cell_output pre, mjx-container[display="true"], img, table');
+        return [...parts].filter(e => e.offsetParent !== null
+                && (e.scrollWidth > e.clientWidth + 1 || e.getBoundingClientRect().right > right))
+            .map(e => e.tagName.toLowerCase() + ': ' + (e.innerText || e.src || '').slice(0, 70));
+    }""")
+    assert not too_wide, f"wider than the column: {too_wide}"
+
+    # one search box, not a second one in a bar of its own
+    searches = page.evaluate("""() => [...document.querySelectorAll(
+            'input[type="search"], .search-button-field, .search-button')]
+        .filter(e => e.offsetParent !== null && e.getBoundingClientRect().height > 0).length""")
+    assert searches <= 1, f"{searches} search boxes are visible"
+
     # exercise solutions stay hidden until clicked
     solutions = page.locator("div.admonition.dropdown")
     if "## Exercises" in source:
@@ -122,4 +142,100 @@ def test_page_in_a_browser(site, page_path):
         body.wait_for(state="visible")
 
     assert not problems, problems
+    page.close()
+
+
+@pytest.fixture(scope="module")
+def jupyterlab(tmp_path_factory):
+    """A JupyterLab (the one `make lab` installs) serving a copy of the chapters, and a
+    Chromium driven by Playwright; yields (browser, url of the lab, the served folder)."""
+    pytest.importorskip("jupyterlab", reason="needs JupyterLab: make test-browser installs it")
+    pytest.importorskip("playwright.sync_api", reason="needs Playwright: make test-browser")
+    executable = next(filter(None, map(shutil.which, BROWSERS)), None)
+    if executable is None:
+        pytest.skip("needs a Chromium (Debian: apt-get install chromium): make test-browser")
+    import socket
+    import subprocess
+    import sys
+    import time
+    import urllib.request
+
+    from playwright.sync_api import sync_playwright
+
+    folder = tmp_path_factory.mktemp("lab")
+    shutil.copy(ROOT / "book" / "positional.md", folder)
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    server = subprocess.Popen(
+        [sys.executable, "-m", "jupyter", "lab", "--no-browser", f"--port={port}", "--ip=127.0.0.1",
+         "--IdentityProvider.token=test", "--expose-app-in-browser", f"--ServerApp.root_dir={folder}"],
+        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    url = f"http://127.0.0.1:{port}/lab?token=test"
+    try:
+        for _ in range(120):
+            try:
+                urllib.request.urlopen(f"http://127.0.0.1:{port}/api/status?token=test", timeout=2)
+                break
+            except OSError:
+                time.sleep(0.5)
+        else:
+            pytest.fail("JupyterLab did not start within a minute")
+        with sync_playwright() as playwright:
+            browser = playwright.chromium.launch(executable_path=executable, args=["--no-sandbox"])
+            yield browser, url, folder
+            browser.close()
+    finally:
+        server.terminate()
+        server.wait(timeout=30)
+
+
+def test_a_chapter_opens_runs_and_saves_in_jupyterlab(jupyterlab):
+    """The book's second use: a chapter's .md opened as a notebook through jupytext, its first
+    cells run with their outputs shown, an edit saved back to the .md, and nothing else changed."""
+    browser, url, folder = jupyterlab
+    chapter = folder / "positional.md"
+    original = chapter.read_text()
+    page = browser.new_page()
+    page.goto(url, wait_until="load")
+    page.wait_for_function("() => window.jupyterapp && window.jupyterapp.started", timeout=60_000)
+    page.evaluate("() => window.jupyterapp.started")
+    page.evaluate("""() => window.jupyterapp.commands.execute('docmanager:open',
+        {path: 'positional.md', factory: 'Jupytext Notebook'})""")
+    notebook = page.locator(".jp-NotebookPanel:not(.lm-mod-hidden) .jp-Notebook")
+    notebook.locator(".jp-CodeCell").first.wait_for(timeout=60_000)
+    page.wait_for_function("""() => { const w = window.jupyterapp.shell.currentWidget;
+        return w && w.sessionContext && w.sessionContext.session
+            && w.sessionContext.session.kernel && w.sessionContext.session.kernel.status === 'idle'; }""",
+                           timeout=120_000)
+    # run the cells up to the first figure (the sinusoid table), as a reader does
+    ran = page.evaluate("""async () => {
+        const panel = window.jupyterapp.shell.currentWidget, cells = panel.content.widgets;
+        const figure = cells.findIndex(c => c.model.type === 'code'
+            && c.model.sharedModel.getSource().includes('imshow'));
+        panel.content.activeCellIndex = 0;
+        panel.content.select(cells[0]);
+        panel.content.extendContiguousSelectionTo(figure);
+        await window.jupyterapp.commands.execute('notebook:run-cell');
+        return figure;
+    }""")
+    figure = notebook.locator(".jp-Cell").nth(ran).locator(".jp-OutputArea-output img")
+    figure.wait_for(timeout=120_000)
+    errors = notebook.locator(".jp-OutputArea-output[data-mime-type='application/vnd.jupyter.stderr']")
+    assert notebook.locator(".jp-RenderedText[data-mime-type='application/vnd.jupyter.error']").count() == 0
+    assert errors.count() == 0, errors.first.inner_text()
+
+    # an edit of one code cell, saved: the .md changes by that line and nothing else
+    page.evaluate("""async () => {
+        const panel = window.jupyterapp.shell.currentWidget;
+        const cell = panel.content.widgets.find(c => c.model.type === 'code'
+            && c.model.sharedModel.getSource().startsWith('pe = sinusoidal_positional_encoding(100, 512)'));
+        cell.model.sharedModel.setSource(cell.model.sharedModel.getSource().replace('(100, 512)', '(120, 512)'));
+        await panel.context.save();
+    }""")
+    saved = chapter.read_text()
+    assert saved == original.replace(
+        "pe = sinusoidal_positional_encoding(100, 512)", "pe = sinusoidal_positional_encoding(120, 512)", 1
+    )
+    assert not list(folder.glob("*.ipynb")), "jupytext pairs nothing unless asked"
     page.close()

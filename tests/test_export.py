@@ -156,3 +156,17 @@ x = 1
 def test_a_method_that_cannot_move_unchanged_is_refused(later, message):
     with pytest.raises(ValueError, match=re.escape(message)):
         _merge("class A:\n    pass\n\n\n" + later)
+
+
+def test_bibliography_labels_read_like_the_author_year_citations():
+    import importlib.util
+
+    from pybtex.database import parse_file
+
+    spec = importlib.util.spec_from_file_location("bibtex_author_year", ROOT / "tools" / "bibtex_author_year.py")
+    extension = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(extension)
+    entries = parse_file(ROOT / "book" / "references.bib").entries
+    keys = ["vaswani2017attention", "press2017using", "kaplan2020scaling"]
+    labels = list(extension.AuthorYearLabels().format_labels([entries[k] for k in keys]))
+    assert labels == ["Vaswani et al., 2017", "Press and Wolf, 2017", "Kaplan et al., 2020"]

@@ -58,8 +58,9 @@ def plot_attention(
     ax=None,
     title: str | None = None,
 ):
-    """Heat map of one head's weights (n_queries, n_keys): queries along the bottom, keys
-    on the right. Returns the matplotlib axes."""
+    """Heat map of one head's weights (n_queries, n_keys): a row per query, labelled on the
+    left, a column per key, labelled below. Returns the matplotlib axes (its image, for a
+    colorbar, is ax.images[0])."""
     import matplotlib.pyplot as plt  # optional: only this function needs it
 
     if weights.shape != (len(queries), len(keys)):
@@ -68,10 +69,11 @@ def plot_attention(
             f"got {tuple(weights.shape)}"
         )
     ax = ax if ax is not None else plt.gca()
-    ax.imshow(weights.T.float().cpu().numpy(), cmap="Blues", vmin=0, vmax=1)
-    ax.set_xticks(range(len(queries)), queries, rotation=90)
-    ax.set_yticks(range(len(keys)), keys)
-    ax.yaxis.tick_right()
+    ax.imshow(weights.float().cpu().numpy(), cmap="Blues", vmin=0, vmax=1)
+    ax.set_xticks(range(len(keys)), keys, rotation=90)
+    ax.set_yticks(range(len(queries)), queries)
+    ax.set_xlabel("key", fontsize=8)
+    ax.set_ylabel("query", fontsize=8)
     if title:
         ax.set_title(title, fontsize=9)
     return ax
