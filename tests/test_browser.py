@@ -113,6 +113,28 @@ def test_page_in_a_browser(site, page_path):
         if url.fragment and target.suffix == ".html":
             assert url.fragment in anchors(target), f"{page_path} links to {href}: no such anchor"
 
+    # exercise solutions stay hidden until clicked
+    solutions = page.locator("div.admonition.dropdown")
+    if "## Exercises" in source:
+        assert solutions.count() >= 3, "a chapter ends with exercises"
+        first = solutions.first
+        body = first.locator(":scope > :not(.admonition-title)").first
+        assert not body.is_visible(), "solutions are hidden at first"
+        first.locator(".admonition-title").click()
+        body.wait_for(state="visible")
+
+    assert not problems, problems
+    page.close()
+
+
+@pytest.mark.parametrize("page_path", toc_pages())
+def test_page_layout(site, page_path):
+    """What the reader sees at 1280x720: everything fits the column, and one search box."""
+    browser, base = site
+    page = browser.new_page(viewport={"width": 1280, "height": 720})
+    page.goto(base + page_path, wait_until="load")
+    if page.evaluate("() => Boolean(window.MathJax && MathJax.startup)"):
+        page.evaluate("() => MathJax.startup.promise")
     # nothing wider than the column: outputs, display equations, figures and tables fit
     too_wide = page.evaluate("""() => {
         const column = document.querySelector('main article') || document.querySelector('main');
@@ -131,17 +153,6 @@ def test_page_in_a_browser(site, page_path):
         .filter(e => e.offsetParent !== null && e.getBoundingClientRect().height > 0).length""")
     assert searches <= 1, f"{searches} search boxes are visible"
 
-    # exercise solutions stay hidden until clicked
-    solutions = page.locator("div.admonition.dropdown")
-    if "## Exercises" in source:
-        assert solutions.count() >= 3, "a chapter ends with exercises"
-        first = solutions.first
-        body = first.locator(":scope > :not(.admonition-title)").first
-        assert not body.is_visible(), "solutions are hidden at first"
-        first.locator(".admonition-title").click()
-        body.wait_for(state="visible")
-
-    assert not problems, problems
     page.close()
 
 
