@@ -43,3 +43,26 @@ def test_train_scale_runs_the_cli_twice_on_a_generated_corpus(tmp_path):
     assert report["first_run"]["steps"] == report["cached_run"]["steps"] == 4
     assert len((tmp_path / "work" / "corpus-400" / "train.en").read_text().splitlines()) == 400
     assert len(list((tmp_path / "work" / "cache-400" / "data").iterdir())) == 1, "the second run reused the cache"
+
+
+def test_multi30k_lowercase_writes_the_multi30k_papers_preprocessing(tmp_path):
+    import gzip
+
+    source = tmp_path / "raw"
+    source.mkdir()
+    with gzip.open(source / "train.en.gz", "wt", encoding="utf-8") as f:
+        f.write("A dog's ball, \"red\".\nTwo MEN run!\n")
+    (source / "train.de").write_text("Ein Hund läuft.\nZwei Männer rennen!\n", encoding="utf-8")
+    (source / "README.md").write_text("not a split\n")
+    out = tmp_path / "lc"
+    result = subprocess.run([sys.executable, str(BENCHMARKS / "multi30k_lowercase.py"), str(source), str(out)],
+                            capture_output=True, text=True)
+    assert result.returncode == 0, result.stderr
+    assert sorted(p.name for p in out.iterdir()) == ["train.de", "train.en"]
+    # lowercased, punctuation split off and nothing escaped; Moses' English normalisation moves
+    # a full stop inside the closing quote
+    assert (out / "train.en").read_text().splitlines() == ['a dog \'s ball , " red . "', "two men run !"]
+    assert (out / "train.de").read_text().splitlines() == ["ein hund läuft .", "zwei männer rennen !"]
+    again = subprocess.run([sys.executable, str(BENCHMARKS / "multi30k_lowercase.py"), str(source), str(out)],
+                           capture_output=True, text=True)
+    assert again.returncode != 0 and "exists" in again.stderr, "an existing folder is not overwritten"
