@@ -4,11 +4,13 @@
 from __future__ import annotations
 
 import contextlib
+import ctypes
 import functools
 import hashlib
 import json
 import math
 import os
+import platform
 import signal
 import sys
 import threading
@@ -236,6 +238,16 @@ def autocast_dtype(precision: str, device: torch.device) -> torch.dtype | None:
     return {"fp32": None, "bf16": torch.bfloat16, "fp16": torch.float16}[precision]
 
 
+def keep_freed_memory() -> bool:
+    """Have glibc's malloc keep the large blocks a training step frees, for the next step.
+    Returns False, changing nothing, where the C library is not glibc (macOS, musl)."""
+    if platform.libc_ver()[0] != "glibc":
+        return False
+    libc = ctypes.CDLL(None)
+    M_TRIM_THRESHOLD, M_MMAP_MAX = -1, -4  # glibc's malloc.h
+    return bool(libc.mallopt(M_MMAP_MAX, 0) and libc.mallopt(M_TRIM_THRESHOLD, 2**30))
+
+
 @dataclass
 class TrainingConfig:
     """Settings of a training run.
@@ -376,6 +388,8 @@ class Trainer:
                 f"{model.config.tgt_vocab_size}) must hold the tokenizer's {vocab} ids"
             )
         self.model = model.to(self.device)
+        if self.device.type == "cpu":
+            keep_freed_memory()
         torch.manual_seed(
             config.seed + self.rank
         )  # different dropout masks on every rank
@@ -841,4 +855,4 @@ def small_number_run() -> tuple[TransformerConfig, TrainingConfig]:
     return model_config, training_config
 
 
-__all__ = ['learning_rate', 'make_optimizer', 'label_smoothed_loss', 'save_checkpoint', 'load_checkpoint', 'load_model', 'check_output_folder', 'folder_lock', 'pick_device', 'cpu_bf16_speedup', 'check_precision', 'autocast_dtype', 'TrainingConfig', 'init_distributed', 'validation_loss', 'Trainer', 'deferred_signals', 'train_loop', 'train_once', 'small_number_run']
+__all__ = ['learning_rate', 'make_optimizer', 'label_smoothed_loss', 'save_checkpoint', 'load_checkpoint', 'load_model', 'check_output_folder', 'folder_lock', 'pick_device', 'cpu_bf16_speedup', 'check_precision', 'autocast_dtype', 'keep_freed_memory', 'TrainingConfig', 'init_distributed', 'validation_loss', 'Trainer', 'deferred_signals', 'train_loop', 'train_once', 'small_number_run']
