@@ -14,6 +14,10 @@ Two measurements in one run.
    memory-mapped corpus through the prefetching BatchStream, against the same steps on the same
    batches already in memory (the step without its data pipeline). Their ratio is the share of
    the bare step's speed the Trainer keeps; the rest is time spent waiting for data.
+3. On a CPU, what the Trainer's two CPU settings are worth: Trainer.train_step of the `tiny`
+   preset (4096 tokens per update, vocabulary 8000) as shipped, with torch's nn.Dropout in place
+   of the model's Dropout, with glibc's default malloc (keep_freed_memory not called), and with
+   neither; each in a fresh process, since the allocator setting holds for a whole process.
 
     python benchmarks/train_throughput.py                       # CPU: fp32 and bf16
     python benchmarks/train_throughput.py --device cuda --preset base --batch 800 --length 32 \
@@ -27,7 +31,10 @@ paper's 100,000 steps at --trainer-tokens tokens per update.
 from __future__ import annotations
 
 import argparse
+import json
 import math
+import subprocess
+import sys
 import tempfile
 import time
 from pathlib import Path
@@ -38,6 +45,8 @@ from torch.utils.flop_counter import FlopCounterMode
 
 from report import machine, write_report
 from train_scale import write_corpus
+import transformer.model
+import transformer.training
 from transformer import Trainer, TrainingConfig, Transformer, TransformerConfig, sinusoidal_positional_encoding
 
 PEAK_TFLOPS = {"H100": 989.0, "H200": 989.0, "A100": 312.0}  # dense bf16 tensor-core peaks
@@ -179,6 +188,35 @@ def trainer_end_to_end(model_config, device, precision, max_tokens, warmup, step
             "bare_tokens_per_s": tokens / bare, "trainer_share_of_bare": bare / end_to_end}
 
 
+TINY = {"src_vocab_size": 8000, "tgt_vocab_size": 8000, "d_model": 128, "n_heads": 4, "d_ff": 256,
+        "n_layers": 4, "dropout": 0.3, "norm_first": True}  # the tiny preset of the CLI
+CPU_VARIANTS = ["as shipped", "torch's nn.Dropout", "glibc's default malloc", "neither"]
+
+
+def cpu_variant(name: str, steps: int) -> dict:
+    """Trainer.train_step of the tiny preset, in this process, without the CPU settings `name` names."""
+    if name in ("torch's nn.Dropout", "neither"):
+        transformer.model.Dropout.forward = nn.Dropout.forward
+    if name in ("glibc's default malloc", "neither"):
+        transformer.training.keep_freed_memory = lambda: False
+    with tempfile.TemporaryDirectory() as work:
+        result = trainer_end_to_end(TransformerConfig(**TINY), torch.device("cpu"), "fp32", 4096, 3, steps, Path(work))
+    return {"variant": name, "trainer_tokens_per_s": result["trainer_tokens_per_s"], "tokens": result["tokens"]}
+
+
+def cpu_settings(steps: int) -> list[dict]:
+    """cpu_variant for every variant, each in a fresh process."""
+    results = []
+    for name in CPU_VARIANTS:
+        out = subprocess.run([sys.executable, __file__, "--cpu-variant", name, "--steps", str(steps)],
+                             capture_output=True, text=True, check=True).stdout
+        results.append(json.loads(out.splitlines()[-1]))
+        print(f"Trainer, tiny preset, {name}: {results[-1]['trainer_tokens_per_s']:,.0f} tokens/s", flush=True)
+    for r in results:
+        r["speed_of_neither"] = r["trainer_tokens_per_s"] / results[-1]["trainer_tokens_per_s"]
+    return results
+
+
 def main():
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--device", default="cpu")
@@ -195,12 +233,18 @@ def main():
     parser.add_argument("--threads", type=int, help="torch.set_num_threads on a CPU")
     parser.add_argument("--trainer-tokens", type=int, default=1500,
                         help="max_tokens of the end-to-end Trainer measurement (default 1500)")
+    parser.add_argument("--cpu-variant", choices=CPU_VARIANTS, help=argparse.SUPPRESS)  # one of measurement 3
     parser.add_argument("--json", help="write the results to this file")
     args = parser.parse_args()
+    if args.cpu_variant:
+        print(json.dumps(cpu_variant(args.cpu_variant, args.steps)))
+        return
 
     device = torch.device(args.device)
     if args.threads:
         torch.set_num_threads(args.threads)
+    if device.type == "cpu":  # the allocator the Trainer sets, for both models of measurement 1
+        transformer.training.keep_freed_memory()
     if args.preset == "cpu":
         config = TransformerConfig(src_vocab_size=8000, tgt_vocab_size=8000, n_layers=3)
     else:
@@ -257,9 +301,12 @@ def main():
               f"batches in memory {r['bare_tokens_per_s']:,.0f} tokens/s; the Trainer keeps {r['trainer_share_of_bare']:.1%}")
         r["hours_for_100k_steps"] = 100_000 * r["tokens"] / r["steps"] / r["trainer_tokens_per_s"] / 3600
         print(f"  100,000 steps of {r['tokens'] / r['steps']:,.0f} target tokens at this rate: {r['hours_for_100k_steps']:.1f} h")
+    settings = cpu_settings(args.steps) if device.type == "cpu" else []
+    for r in settings:
+        print(f"  {r['variant']}: {r['speed_of_neither']:.2f}x the speed without either setting")
     if args.json:
         write_report(Path(args.json), {"device": device_name, "args": vars(args), "results": results,
-                                       "trainer_end_to_end": end_to_end}, device)
+                                       "trainer_end_to_end": end_to_end, "cpu_settings": settings}, device)
 
 
 if __name__ == "__main__":
