@@ -1,6 +1,6 @@
 """Training throughput: the real Trainer end to end, its bare step, and torch.nn.Transformer.
 
-Two measurements in one run.
+Three measurements in one run (the third on a CPU only).
 
 1. The bare step, ours against the peer. Both models get the same size, the same batch of token
    ids, the same dropout placement and the same optimizer (Adam); the peer is
@@ -15,9 +15,11 @@ Two measurements in one run.
    batches already in memory (the step without its data pipeline). Their ratio is the share of
    the bare step's speed the Trainer keeps; the rest is time spent waiting for data.
 3. On a CPU, what the Trainer's two CPU settings are worth: Trainer.train_step of the `tiny`
-   preset (4096 tokens per update, vocabulary 8000) as shipped, with torch's nn.Dropout in place
-   of the model's Dropout, with glibc's default malloc (keep_freed_memory not called), and with
-   neither; each in a fresh process, since the allocator setting holds for a whole process.
+   preset (4096 tokens per update, vocabulary 8000, precision auto) as shipped, with torch's
+   nn.Dropout in place of the model's Dropout, with glibc's default malloc (keep_freed_memory
+   not called), and with neither; each in a fresh process, since the allocator setting holds
+   for a whole process. Also each process's peak resident memory: what the allocator keeps is
+   not given back.
 
     python benchmarks/train_throughput.py                       # CPU: fp32 and bf16
     python benchmarks/train_throughput.py --device cuda --preset base --batch 800 --length 32 \
@@ -33,6 +35,7 @@ from __future__ import annotations
 import argparse
 import json
 import math
+import resource
 import subprocess
 import sys
 import tempfile
@@ -200,18 +203,22 @@ def cpu_variant(name: str, steps: int) -> dict:
     if name in ("glibc's default malloc", "neither"):
         transformer.training.keep_freed_memory = lambda: False
     with tempfile.TemporaryDirectory() as work:
-        result = trainer_end_to_end(TransformerConfig(**TINY), torch.device("cpu"), "fp32", 4096, 3, steps, Path(work))
-    return {"variant": name, "trainer_tokens_per_s": result["trainer_tokens_per_s"], "tokens": result["tokens"]}
+        result = trainer_end_to_end(TransformerConfig(**TINY), torch.device("cpu"), "auto", 4096, 3, steps, Path(work))
+    peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2**20  # KiB on Linux
+    precision = transformer.training.autocast_dtype("auto", torch.device("cpu"))  # as the CLI trains
+    return {"variant": name, "precision": str(precision or "fp32"), "trainer_tokens_per_s": result["trainer_tokens_per_s"], "tokens": result["tokens"],
+            "peak_rss_gib": peak}
 
 
 def cpu_settings(steps: int) -> list[dict]:
     """cpu_variant for every variant, each in a fresh process."""
     results = []
     for name in CPU_VARIANTS:
-        out = subprocess.run([sys.executable, __file__, "--cpu-variant", name, "--steps", str(steps)],
+        out = subprocess.run([sys.executable, __file__, "--cpu-variant", name, "--cpu-steps", str(steps)],
                              capture_output=True, text=True, check=True).stdout
         results.append(json.loads(out.splitlines()[-1]))
-        print(f"Trainer, tiny preset, {name}: {results[-1]['trainer_tokens_per_s']:,.0f} tokens/s", flush=True)
+        print(f"Trainer, tiny preset, {name}: {results[-1]['trainer_tokens_per_s']:,.0f} tokens/s, "
+              f"peak memory {results[-1]['peak_rss_gib']:.2f} GiB", flush=True)
     for r in results:
         r["speed_of_neither"] = r["trainer_tokens_per_s"] / results[-1]["trainer_tokens_per_s"]
     return results
@@ -233,11 +240,12 @@ def main():
     parser.add_argument("--threads", type=int, help="torch.set_num_threads on a CPU")
     parser.add_argument("--trainer-tokens", type=int, default=1500,
                         help="max_tokens of the end-to-end Trainer measurement (default 1500)")
+    parser.add_argument("--cpu-steps", type=int, default=20, help="steps of each CPU-settings measurement")
     parser.add_argument("--cpu-variant", choices=CPU_VARIANTS, help=argparse.SUPPRESS)  # one of measurement 3
     parser.add_argument("--json", help="write the results to this file")
     args = parser.parse_args()
     if args.cpu_variant:
-        print(json.dumps(cpu_variant(args.cpu_variant, args.steps)))
+        print(json.dumps(cpu_variant(args.cpu_variant, args.cpu_steps)))
         return
 
     device = torch.device(args.device)
@@ -301,7 +309,7 @@ def main():
               f"batches in memory {r['bare_tokens_per_s']:,.0f} tokens/s; the Trainer keeps {r['trainer_share_of_bare']:.1%}")
         r["hours_for_100k_steps"] = 100_000 * r["tokens"] / r["steps"] / r["trainer_tokens_per_s"] / 3600
         print(f"  100,000 steps of {r['tokens'] / r['steps']:,.0f} target tokens at this rate: {r['hours_for_100k_steps']:.1f} h")
-    settings = cpu_settings(args.steps) if device.type == "cpu" else []
+    settings = cpu_settings(args.cpu_steps) if device.type == "cpu" else []
     for r in settings:
         print(f"  {r['variant']}: {r['speed_of_neither']:.2f}x the speed without either setting")
     if args.json:

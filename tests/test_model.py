@@ -3,7 +3,7 @@
 import pytest
 import torch
 
-from transformer import DecoderLayer, EncoderLayer, Transformer, TransformerConfig, causal_mask, padding_mask
+from transformer import DecoderLayer, Dropout, EncoderLayer, Transformer, TransformerConfig, causal_mask, padding_mask
 
 SMALL = dict(src_vocab_size=60, tgt_vocab_size=60, d_model=32, n_heads=4, d_ff=64, n_layers=2, dropout=0.0)
 
@@ -197,3 +197,21 @@ def test_draw_architecture_labels_the_boxes_with_the_configuration():
     assert "Masked multi-head self-attention\nh = 3, d_k = 32" in labels
     assert "Linear 96 -> 500 (tied)" in labels
     assert {"N = 5 x", "Inputs", "Outputs (shifted right)"} <= texts
+
+
+def test_dropout_on_a_cpu_is_dropout():
+    """What Srivastava et al. define: each feature kept with probability 1 - p and scaled by
+    1 / (1 - p), the gradient through the same mask; the identity in evaluation."""
+    p = 0.3
+    x = torch.rand(400, 500) + 1  # no zeros of its own
+    x.requires_grad_()
+    dropout = Dropout(p).train()
+    out = dropout(x)
+    kept = out != 0
+    assert abs(kept.float().mean().item() - (1 - p)) < 0.005  # 200,000 draws: 5 standard deviations
+    assert torch.allclose(out[kept], x[kept] / (1 - p))
+    out.sum().backward()
+    assert torch.allclose(x.grad, kept.float() / (1 - p))
+    assert not torch.equal(dropout(x), out), "a new mask every call"
+    assert torch.equal(dropout.eval()(x), x)
+    assert Dropout(p)(x.bfloat16()).dtype == torch.bfloat16
