@@ -1,0 +1,72 @@
+"""The README's commands on a fresh clone, timed: what a new user waits for.
+
+Clones the repository's committed HEAD into a new folder beside it (so that ../shared is beside
+the clone, as in CI), with no virtual environment and an empty cache of tokenized corpora and
+trained runs (TRANSFORMER_CACHE), runs the commands in order, and records each one's wall time,
+exit status and last lines of output. pip's own download cache is the user's, as on any machine
+that installed these packages before.
+
+    python benchmarks/fresh_clone.py --out benchmarks/results/fresh_clone.json
+    python benchmarks/fresh_clone.py --commands "make train" "make train" "make train" \\
+        --out benchmarks/results/make_train.json
+
+The second form runs `make train` three times in one clone; each run starts its run folder
+afresh (--overwrite) and its summary line ("done: ... exact match on the test split ...") is
+recorded.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import re
+import shutil
+import subprocess
+import tempfile
+import time
+from pathlib import Path
+
+from report import write_report
+
+REPO = Path(__file__).resolve().parent.parent
+
+
+def run(command: str, cwd: Path, env: dict[str, str]) -> dict:
+    print(f"$ {command}", flush=True)
+    started = time.perf_counter()
+    done = subprocess.run(command, shell=True, cwd=cwd, env=env, capture_output=True, text=True)
+    seconds = time.perf_counter() - started
+    output = (done.stdout + done.stderr).splitlines()
+    result = {"command": command, "seconds": round(seconds, 1), "returncode": done.returncode,
+              "tail": output[-5:]}
+    exact = [m for line in output if (m := re.search(r"exact match on the test split ([\d.]+)%", line))]
+    if exact:
+        result["exact_match"] = round(float(exact[-1].group(1)) / 100, 4)
+    print(f"  exit {done.returncode} after {seconds / 60:.1f} min", *output[-3:], sep="\n  ", flush=True)
+    return result
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--commands", nargs="+", default=["make install", "make test", "make book"],
+                        help="shell commands run in order in the clone (default: install, test, book)")
+    parser.add_argument("--out", type=Path, required=True, help="the JSON record to write")
+    args = parser.parse_args()
+    commit = subprocess.run(["git", "rev-parse", "HEAD"], cwd=REPO, capture_output=True, text=True,
+                            check=True).stdout.strip()
+    work = Path(tempfile.mkdtemp(prefix=".fresh-clone-", dir=REPO.parent))
+    try:
+        clone = work / "repo"
+        subprocess.run(["git", "clone", "--quiet", str(REPO), str(clone)], check=True)
+        env = {**os.environ, "TRANSFORMER_CACHE": str(work / "cache")}
+        env.pop("VIRTUAL_ENV", None)
+        results = [run(command, clone, env) for command in args.commands]
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+    write_report(args.out, {"cloned_commit": commit, "cpu_count": os.cpu_count(), "runs": results})
+    if any(r["returncode"] for r in results):
+        raise SystemExit("a command failed: see the record")
+
+
+if __name__ == "__main__":
+    main()
