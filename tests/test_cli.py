@@ -195,6 +195,24 @@ def test_evaluate_prints_bleu_with_its_signature_and_appends_json(run_folder, ti
         main(["evaluate", "--checkpoint", str(run_folder), "--data", str(tiny_corpus), "--split", "dev"])
 
 
+def test_train_ends_with_the_average_of_its_last_checkpoints(run_folder):
+    # 3 steps: a checkpoint after each; the last third of the run holds steps 2 and 3
+    assert sorted(p.name for p in run_folder.glob("checkpoint*.pt")) == [
+        "checkpoint-00000001.pt", "checkpoint-00000002.pt", "checkpoint-00000003.pt", "checkpoint_average.pt"]
+    two, three, average = (torch.load(run_folder / name, weights_only=True)["model"] for name in
+                           ("checkpoint-00000002.pt", "checkpoint-00000003.pt", "checkpoint_average.pt"))
+    for name, weight in average.items():
+        torch.testing.assert_close(weight, (two[name] + three[name]) / 2, rtol=0, atol=1e-6)
+    src = run_folder.parent / "src.txt"
+    src.write_text("one\ntwo\n")
+    outputs = []
+    for checkpoint in (run_folder, run_folder / "checkpoint_average.pt"):
+        out = run_folder.parent / f"out{len(outputs)}.txt"
+        assert main(["translate", "--checkpoint", str(checkpoint), "--input", str(src), "--output", str(out)]) == 0
+        outputs.append(out.read_text())
+    assert outputs[0] == outputs[1], "a run folder translates with its average"
+
+
 def test_average_a_folder_or_files(run_folder, tmp_path, capsys):
     assert main(["train", "--resume", str(run_folder), "--max-steps", "5", "--checkpoint-every", "1",
                  "--out", str(run_folder)]) == 0
@@ -203,7 +221,7 @@ def test_average_a_folder_or_files(run_folder, tmp_path, capsys):
     assert main(["average", *map(str, files), "--out", str(tmp_path / "b.pt")]) == 0
     assert f"averaged {len(files)} checkpoints" in capsys.readouterr().out
     a, b = torch.load(tmp_path / "a.pt", weights_only=True), torch.load(tmp_path / "b.pt", weights_only=True)
-    assert len(files) == 3 and a["averaged_from"] == [str(files[-1])] and len(b["averaged_from"]) == 3
+    assert len(files) == 5 and a["averaged_from"] == [str(files[-1])] and len(b["averaged_from"]) == 5
     with pytest.raises(SystemExit, match="--last goes with one training folder"):
         main(["average", *map(str, files), "--last", "2", "--out", str(tmp_path / "c.pt")])
     with pytest.raises(SystemExit, match="asked for the last 9"):

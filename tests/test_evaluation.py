@@ -13,11 +13,14 @@ from transformer import (
     corpus_chrf,
     evaluate,
     exact_match,
+    final_model,
     last_checkpoints,
+    load_checkpoint,
     load_corpus,
     load_model,
     save_checkpoint,
     tokenized_bleu,
+    write_final_model,
 )
 
 TINY = TransformerConfig(d_model=32, n_heads=4, d_ff=64, n_layers=1, dropout=0.0)
@@ -127,3 +130,37 @@ def test_evaluate_scores_the_translations_it_returns(tiny_corpus, tmp_path):
     assert "lowercased tokenized BLEU" in str(scores)
     with pytest.raises(ValueError, match="at least one"):
         evaluate(trainer.model, trainer.data.tokenizer, [])
+
+
+def _fake_checkpoints(folder, steps):
+    """Weights-only checkpoints of one run whose single weight equals the step."""
+    for step in steps:
+        state = {"model_config": {}, "tokenizer": "t", "model": {"w": torch.tensor([float(step)])}, "step": step}
+        save_checkpoint(state, folder / f"checkpoint-{step:08d}.pt")
+
+
+def test_final_model_averages_the_newest_checkpoints_of_the_last_third(tmp_path):
+    _fake_checkpoints(tmp_path, [200, 400, 600, 800, 1000, 1200])
+    path, note = write_final_model(tmp_path, n=5)
+    # the last third of 1200 steps starts at step 800: mean of 800, 1000, 1200
+    assert path.name == "checkpoint_average.pt" and load_checkpoint(path)["model"]["w"].item() == 1000
+    assert "800, 1000, 1200" in note
+    assert sorted(p.name for p in tmp_path.iterdir())[-1] == path.name, "lists after the checkpoints"
+    assert final_model(tmp_path) == path
+    assert load_checkpoint(write_final_model(tmp_path, n=2)[0])["model"]["w"].item() == 1100, "newest 2"
+    _fake_checkpoints(tmp_path, [1400])  # the run resumed: the average is stale
+    assert final_model(tmp_path).name == "checkpoint-00001400.pt"
+
+
+def test_final_model_is_the_newest_checkpoint_when_nothing_can_be_averaged(tmp_path):
+    _fake_checkpoints(tmp_path, [100, 1000])
+    path, note = write_final_model(tmp_path)
+    assert path.name == "checkpoint-00001000.pt" and "fewer than 2" in note
+    assert not (tmp_path / "checkpoint_average.pt").exists() and final_model(tmp_path) == path
+    _fake_checkpoints(tmp_path, [800, 900])
+    write_final_model(tmp_path)
+    path, note = write_final_model(tmp_path, n=1)
+    assert path.name == "checkpoint-00001000.pt" and "off" in note
+    assert not (tmp_path / "checkpoint_average.pt").exists(), "a stale average is removed"
+    with pytest.raises(FileNotFoundError, match="no checkpoint"):
+        write_final_model(tmp_path / "empty")

@@ -20,12 +20,15 @@ from transformer.decoding import translate
 from transformer.evaluation import (
     average_checkpoints,
     evaluate,
+    final_model,
     last_checkpoints,
+    write_final_model,
 )
 from transformer.model import TransformerConfig
 from transformer.training import (
     Trainer,
     TrainingConfig,
+    load_checkpoint,
     load_model,
     pick_device,
     save_checkpoint,
@@ -239,6 +242,13 @@ def _add_run_options(group: argparse._ArgumentGroup) -> None:
     group.add_argument(
         "--keep-checkpoints", type=_number(int), help="keep the newest N checkpoints"
     )
+    group.add_argument(
+        "--average-last",
+        type=_number(int),
+        default=5,
+        help="the final model averages the newest N checkpoints of the run's last third "
+        "(default 5, the paper's; 1: the newest checkpoint)",
+    )
 
 
 def _new_trainer(args: argparse.Namespace, given: dict) -> Trainer:
@@ -259,6 +269,14 @@ def _new_trainer(args: argparse.Namespace, given: dict) -> Trainer:
         raise SystemExit(
             "error: say when to stop: --max-steps N and/or --max-minutes M"
         )
+    if "checkpoint_minutes" not in given and "checkpoint_every" not in given:
+        # 15 checkpoints in all, 5 of them in the last third: the final model's average
+        if "max_minutes" in given:
+            minutes = min(10.0, given["max_minutes"] / 15)
+            training_defaults = {**training_defaults, "checkpoint_minutes": minutes}
+        if "max_steps" in given:
+            every = max(1, given["max_steps"] // 15)
+            training_defaults = {**training_defaults, "checkpoint_every": every}
     return Trainer.from_config(
         TransformerConfig(**model_overrides, **model_given),
         TrainingConfig(**{**training_defaults, **given}),
@@ -297,12 +315,15 @@ def _train(args: argparse.Namespace) -> int:
     if "interrupted" in result:
         return 128 + result["interrupted"]  # the shell's status for a signal
     if trainer.rank == 0:
+        final, note = write_final_model(trainer.out, args.average_last)
+        print(note)
         summary = f"done: {result['step']} steps in {result['minutes']:.1f} min"
         if "val_loss" in result:
             summary += f"; validation loss {result['val_loss']:.3f}, perplexity {result['val_ppl']:.2f}"
-        if trainer.config.data == "numbers":
+        if trainer.config.data == "numbers":  # the final model's
+            trainer.model.load_state_dict(load_checkpoint(final)["model"])
             summary += f"; exact match on the test split {trainer.exact_match():.1%}"
-        print(f"{summary}; checkpoints in {trainer.out}")
+        print(f"{summary}; final model {final}")
     return 0
 
 
@@ -310,7 +331,7 @@ def _add_decoding_options(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--checkpoint",
         required=True,
-        help="a checkpoint file, or a training folder (its newest checkpoint)",
+        help="a checkpoint file, or a training folder (its final model)",
     )
     parser.add_argument(
         "--beam",
@@ -388,7 +409,8 @@ def _add_use(commands: argparse._SubParsersAction) -> None:
 
 
 def _checkpoint(path: str) -> Path:
-    return last_checkpoints(path, 1)[0] if Path(path).is_dir() else Path(path)
+    """A checkpoint file as given, or the final model of a run folder."""
+    return final_model(path) if Path(path).is_dir() else Path(path)
 
 
 def _write_atomically(path: str, lines: list[str]) -> None:

@@ -15,7 +15,7 @@ from tokenizers import Tokenizer
 
 from transformer.decoding import translate
 from transformer.model import Transformer
-from transformer.training import load_checkpoint
+from transformer.training import load_checkpoint, save_checkpoint
 
 
 def _check_pairs(hypotheses: Sequence[str], references: Sequence[str]) -> None:
@@ -110,6 +110,36 @@ def average_checkpoints(paths: Sequence[str | Path]) -> dict:
     }
 
 
+AVERAGE = "checkpoint_average.pt"
+
+
+def write_final_model(folder: str | Path, n: int = 5) -> tuple[Path, str]:
+    """Average the newest n checkpoints of the last third of a run into folder/AVERAGE.
+    Returns the final model's path and a line saying which checkpoints went in, or why the
+    newest checkpoint is the final model."""
+    found = sorted(Path(folder).glob("checkpoint-*.pt"))
+    if not found:
+        raise FileNotFoundError(f"no checkpoint-STEP.pt in {folder}")
+    step = {path: int(path.stem.removeprefix("checkpoint-")) for path in found}
+    late = [path for path in found if 3 * step[path] >= 2 * step[found[-1]]][-n:]
+    if n < 2 or len(late) < 2:
+        (Path(folder) / AVERAGE).unlink(missing_ok=True)
+        why = "averaging is off" if n < 2 else "fewer than 2 in the last third of the run"
+        return found[-1], f"final model: {found[-1].name} ({why})"
+    path = save_checkpoint(average_checkpoints(late), Path(folder) / AVERAGE)
+    steps = ", ".join(str(step[p]) for p in late)
+    return path, f"final model: {AVERAGE}, the average of the checkpoints of steps {steps}"
+
+
+def final_model(folder: str | Path) -> Path:
+    """The model a run folder stands for: its average, if no checkpoint is newer."""
+    newest = last_checkpoints(folder, 1)[0]
+    average = Path(folder) / AVERAGE
+    if average.is_file() and average.stat().st_mtime >= newest.stat().st_mtime:
+        return average
+    return newest
+
+
 @dataclass
 class Scores:
     """Scores of one decoding of a test set: sacreBLEU (with its signature), the
@@ -180,4 +210,4 @@ def evaluate(
     return scores, hypotheses
 
 
-__all__ = ['corpus_bleu', 'corpus_chrf', 'exact_match', 'tokenized_bleu', 'last_checkpoints', 'average_checkpoints', 'Scores', 'evaluate']
+__all__ = ['corpus_bleu', 'corpus_chrf', 'exact_match', 'tokenized_bleu', 'last_checkpoints', 'average_checkpoints', 'write_final_model', 'final_model', 'Scores', 'evaluate']
