@@ -6,13 +6,16 @@ trained runs (TRANSFORMER_CACHE), runs the commands in order, and records each o
 exit status and last lines of output. pip's own download cache is the user's, as on any machine
 that installed these packages before.
 
-    python benchmarks/fresh_clone.py --out benchmarks/results/fresh_clone.json
-    python benchmarks/fresh_clone.py --commands "make train" "make train" "make train" \\
+    python benchmarks/fresh_clone.py --commands "make install" "make test" "make book" \\
+        "make train" --out benchmarks/results/fresh_clone.json
+    T=".venv/bin/python -m transformer train --preset small --max-steps 1000 --out runs/numbers --overwrite"
+    python benchmarks/fresh_clone.py --commands "make train" "$T --seed 1" "$T --seed 2" \\
         --out benchmarks/results/make_train.json
 
-The second form runs `make train` three times in one clone; each run starts its run folder
-afresh (--overwrite) and its summary line ("done: ... exact match on the test split ...") is
-recorded.
+The second form runs `make train` and then its command with two other seeds: the same run
+repeats exactly on one machine, and a seed changes the initial weights and the dropout masks
+as another machine's rounding changes the run in effect. The summary line of each ("done: ...
+exact match on the test split ...") is recorded.
 """
 
 from __future__ import annotations
@@ -48,8 +51,7 @@ def run(command: str, cwd: Path, env: dict[str, str]) -> dict:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--commands", nargs="+", default=["make install", "make test", "make book"],
-                        help="shell commands run in order in the clone (default: install, test, book)")
+    parser.add_argument("--commands", nargs="+", required=True, help="shell commands run in order in the clone")
     parser.add_argument("--out", type=Path, required=True, help="the JSON record to write")
     args = parser.parse_args()
     commit = subprocess.run(["git", "rev-parse", "HEAD"], cwd=REPO, capture_output=True, text=True,

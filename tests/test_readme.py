@@ -1,0 +1,51 @@
+"""The README's figures are those its records give (tools/readme.py)."""
+
+import os
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT / "tools"))
+
+import readme  # noqa: E402
+
+
+def test_readme_figures_are_rendered_from_the_records():
+    result = subprocess.run([sys.executable, str(ROOT / "tools" / "readme.py"), "--check"], capture_output=True,
+                            text=True)
+    assert result.returncode == 0, result.stderr
+
+
+def test_a_marked_block_is_rewritten_and_an_unknown_one_refused(monkeypatch):
+    monkeypatch.setitem(readme.BLOCKS, "answer", lambda: "42 s\n")
+    text = "before\n<!-- record: answer -->\nstale 41 s\n<!-- /record -->\nafter\n"
+    assert readme.render(text) == "before\n<!-- record: answer -->\n42 s\n<!-- /record -->\nafter\n"
+    with pytest.raises(KeyError, match="'nope'"):
+        readme.render("<!-- record: nope -->\n<!-- /record -->")
+
+
+def _fenced(language: str) -> list[str]:
+    return re.findall(rf"```{language}\n(.*?)```", (ROOT / "README.md").read_text(), re.S)
+
+
+@pytest.mark.slow
+def test_the_readme_examples_run_as_pasted(tmp_path, monkeypatch):
+    """The command-line example (trained for 30 steps instead of 1,000), then the Python one."""
+    (commands,) = [block for block in _fenced("console") if "python -m transformer train" in block]
+    env = {**os.environ, "TRANSFORMER_CACHE": str(tmp_path / "cache"),
+           "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}"}
+    lines = commands.strip().splitlines()
+    assert len(lines) == 3 and "--max-steps 1000" in lines[0]
+    for line in lines:
+        line = line.replace("--max-steps 1000", "--max-steps 30")
+        result = subprocess.run(line, shell=True, cwd=tmp_path, env=env, capture_output=True, text=True)
+        assert result.returncode == 0, (line, result.stderr[-2000:])
+    assert (tmp_path / "runs" / "numbers" / "checkpoint_average.pt").is_file()
+    (python,) = _fenced("python")
+    assert len(python.strip().splitlines()) <= 10
+    monkeypatch.chdir(tmp_path)
+    exec(compile(python, "README.md", "exec"), {})

@@ -1,0 +1,143 @@
+"""Rewrite the README's figures from the records in benchmarks/results/.
+
+A figure in README.md sits between two markers, `<!-- record: NAME -->` and
+`<!-- /record -->`; this script replaces what is between them by what BLOCKS[NAME] renders from
+the records, so that no figure of the README is typed by hand.
+
+    python tools/readme.py            # rewrite README.md
+    python tools/readme.py --check    # exit 1 if README.md differs from what the records give
+    python tools/readme.py --figure   # also redraw the README's picture, _static/architecture.svg
+
+tests/test_readme.py runs the check.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import re
+import sys
+from collections.abc import Callable
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+RESULTS = ROOT / "benchmarks" / "results"
+MARKER = re.compile(r"(<!-- record: ([\w-]+) -->\n)(.*?)(<!-- /record -->)", re.S)
+
+
+def _record(name: str) -> dict:
+    return json.loads((RESULTS / name).read_text())
+
+
+def _minutes(seconds: float) -> str:
+    return f"{seconds / 60:.0f} min" if seconds >= 90 else f"{seconds:.0f} s"
+
+
+def _provenance(record: dict, name: str) -> str:
+    commit = record.get("cloned_commit") or record.get("git", {}).get("commit", "?")
+    machine = record["machine"]
+    if isinstance(machine, dict):
+        machine = machine.get("gpu") or machine.get("cpu") or json.dumps(machine)
+    return f"`benchmarks/results/{name}`, commit {commit[:7]}, {machine}"
+
+
+def setup_times() -> str:
+    """How long the README's commands take on a fresh clone."""
+    record = _record("fresh_clone.json")
+    runs = {run["command"]: run for run in record["runs"]}
+    seeds = _record("make_train.json")
+    exact = [f"{run['exact_match']:.1%}" for run in seeds["runs"]]
+    return (
+        f"From a fresh clone on a {record['cpu_count']}-core CPU: `make install` takes "
+        f"{_minutes(runs['make install']['seconds'])} (with pip's download cache), then "
+        f"`make test` {_minutes(runs['make test']['seconds'])}, `make book` "
+        f"{_minutes(runs['make book']['seconds'])} and `make train` "
+        f"{_minutes(runs['make train']['seconds'])} ({_provenance(record, 'fresh_clone.json')}). "
+        f"The final model of `make train` translates {exact[0]} of the test numbers exactly; "
+        f"with seeds 1 and 2, {' and '.join(exact[1:])} "
+        f"({_provenance(seeds, 'make_train.json')}).\n"
+    )
+
+
+def _multi30k_row(name: str, task: str, minutes: int = 60) -> str:
+    record = _record(name)
+    budget = next(b for b in record["budgets"] if b["minutes"] == minutes)
+    best = next(r for r in budget["rows"] if r["weights"] != "final" and r["decoding"] == "beam 4")
+    config = record["training"]["training_config"]
+    score = f"{best['tokenized_bleu']:.2f} tokenized BLEU"
+    if "lowercased" not in task:
+        score = f"{best['bleu']:.2f} sacreBLEU / " + score
+    return (
+        f"| {task} | `tiny` preset, warm-up {config['warmup_steps']:,}; {minutes} CPU-minutes, "
+        f"{budget['step']:,} updates; average of {len(budget['averaged'])} checkpoints, beam 4 "
+        f"| {score} | `{name}` |"
+    )
+
+
+def results() -> str:
+    """One small table of the book's results."""
+    parsing = _record("parsing.json")
+    words = parsing["runs"]["words"]["test"]["beam 21, alpha 0.3"]
+    rows = [
+        "| task | model and budget | score | record |",
+        "|---|---|---|---|",
+        _multi30k_row("multi30k_en_de_tiny_w800.json", "Multi30k EN-DE, test2016"),
+        _multi30k_row("multi30k_en_de_lc.json", "Multi30k EN-DE, lowercased tokenized text"),
+        _multi30k_row("multi30k_en_fr_tiny.json", "Multi30k EN-FR, test2016"),
+        f"| parsing (§6.3), a treebank sampled from a grammar | 4 layers, d_model "
+        f"{parsing['model']['d_model']}, {parsing['steps']:,} updates; beam 21, alpha 0.3 "
+        f"| {words['f1']:.1f} bracketing F1 | `parsing.json` |",
+    ]
+    machines = sorted({_record(n)["machine"] for n in MULTI30K + ["parsing.json"]})
+    return "\n".join(rows) + f"\n\nMachine: {', '.join(machines)}.\n"
+
+
+MULTI30K = ["multi30k_en_de_tiny_w800.json", "multi30k_en_de_lc.json", "multi30k_en_fr_tiny.json"]
+BLOCKS: dict[str, Callable[[], str]] = {"setup-times": setup_times, "results": results}
+
+
+def architecture(path: Path) -> None:
+    """The paper's Figure 1 for the base model, drawn by the package (the README's picture)."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    from transformer import TransformerConfig, draw_architecture
+
+    fig, ax = plt.subplots(figsize=(6, 7.5))
+    draw_architecture(TransformerConfig.base(), ax)
+    fig.savefig(path, bbox_inches="tight", metadata={"Date": None})
+
+
+def render(text: str) -> str:
+    """text with every marked block rewritten from the records."""
+
+    def block(match: re.Match) -> str:
+        name = match[2]
+        if name not in BLOCKS:
+            raise KeyError(f"README.md marks a block {name!r}; known blocks: {sorted(BLOCKS)}")
+        return match[1] + BLOCKS[name]() + match[4]
+
+    return MARKER.sub(block, text)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--check", action="store_true", help="only check that README.md is up to date")
+    parser.add_argument("--figure", action="store_true", help="also redraw _static/architecture.svg")
+    args = parser.parse_args()
+    if args.figure:
+        architecture(ROOT / "_static" / "architecture.svg")
+    readme = ROOT / "README.md"
+    text = readme.read_text()
+    rendered = render(text)
+    if args.check:
+        if rendered != text:
+            sys.exit("README.md differs from its records: run python tools/readme.py")
+        return
+    readme.write_text(rendered)
+
+
+if __name__ == "__main__":
+    main()
