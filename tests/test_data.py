@@ -66,6 +66,18 @@ def test_parallel_files_errors(tmp_path):
         read_parallel_files(tmp_path, "en", "de")
 
 
+def test_a_file_that_is_not_utf8_is_named_with_its_line_and_byte(tmp_path):
+    (tmp_path / "train.en").write_bytes(b"one\r\ntwelve \xc2\xbd\r\n")  # Windows line ends, UTF-8
+    (tmp_path / "train.de").write_bytes("eins\nzwölf ½\n".encode("utf-8"))
+    assert read_parallel_files(tmp_path, "en", "de").splits["train"] == [("one", "eins"), ("twelve ½", "zwölf ½")]
+    with gzip.open(tmp_path / "train.de.gz", "wb") as f:
+        f.write("eins\nzwölf ½\n".encode("latin-1"))  # ö is the byte 0xf6 in Latin-1
+    (tmp_path / "train.de").unlink()
+    with pytest.raises(ValueError) as error:
+        read_parallel_files(tmp_path, "en", "de")
+    assert str(error.value) == f"{tmp_path / 'train.de.gz'} is not UTF-8 text: line 2 has the byte 0xf6 at position 3"
+
+
 def test_hub_loader_reads_the_translation_format_from_a_local_folder(tmp_path, monkeypatch):
     pytest.importorskip("datasets")
     monkeypatch.setenv("HF_DATASETS_OFFLINE", "1")

@@ -80,8 +80,22 @@ def number_corpus(
     return ParallelCorpus("en", "de", splits)
 
 
-def _open_text(path: Path):
-    return (gzip.open if path.suffix == ".gz" else open)(path, "rt", encoding="utf-8")
+@contextlib.contextmanager
+def _open_text(path: Path) -> Iterator[Iterator[str]]:
+    """The lines of a text file, gzipped or not, without their line ends. A line that is
+    not UTF-8 stops the reading with its file, line number and byte."""
+    with (gzip.open if path.suffix == ".gz" else open)(path, "rb") as file:
+        yield (_decode(line, path, number) for number, line in enumerate(file, 1))
+
+
+def _decode(line: bytes, path: Path, number: int) -> str:
+    try:
+        return line.decode("utf-8").removesuffix("\n").removesuffix("\r")
+    except UnicodeDecodeError as error:
+        raise ValueError(
+            f"{path} is not UTF-8 text: line {number} has the byte "
+            f"{line[error.start]:#04x} at position {error.start + 1}"
+        ) from None
 
 
 def _split_file(folder: Path, names: Sequence[str], lang: str) -> Path | None:
@@ -139,7 +153,7 @@ def read_pair_chunks(
                     f"{src_path} and {tgt_path} must be parallel (as many lines); "
                     f"{short} ends after {n_short} lines, the other has more"
                 )
-            yield [s.rstrip("\n") for s, _ in chunk], [t.rstrip("\n") for _, t in chunk]
+            yield [s for s, _ in chunk], [t for _, t in chunk]
 
 
 def read_parallel_files(
