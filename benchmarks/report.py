@@ -1,14 +1,27 @@
-"""What every script in benchmarks/ records with its numbers: the command, the machine, and an
-atomically written JSON file."""
+"""What every script in benchmarks/ records with its numbers: the command (repo-relative paths),
+the code (git commit and dirty flag), the software (Python, torch, tokenizers, sacreBLEU), the
+machine (CPU model and threads; for a GPU run the GPU's name and count, CUDA and driver), the
+date and the wall time, in an atomically written JSON file.
+
+Where the checkout has no .git (a copy sent to a GPU machine), the commit and dirty flag are read
+from the environment variables BENCHMARK_COMMIT and BENCHMARK_DIRTY (1 or 0) when set."""
 
 from __future__ import annotations
 
+import datetime
+import importlib.metadata
 import json
+import os
 import platform
+import subprocess
 import sys
+import time
 from pathlib import Path
 
 import torch
+
+REPO = Path(__file__).resolve().parent.parent
+STARTED = time.time()  # when the benchmark's process imported this module
 
 
 def machine(device: torch.device | None = None) -> str:
@@ -24,12 +37,64 @@ def machine(device: torch.device | None = None) -> str:
     return f"{name} CPU, {torch.get_num_threads()} threads"
 
 
+def _output(command: list[str]) -> str | None:
+    try:
+        return subprocess.run(command, capture_output=True, text=True, check=True, cwd=REPO).stdout.strip()
+    except (OSError, subprocess.CalledProcessError):
+        return None
+
+
+def git_state() -> dict:
+    """The commit of the checkout and whether tracked files differ from it."""
+    commit = _output(["git", "rev-parse", "HEAD"])
+    if commit is None:
+        dirty = os.environ.get("BENCHMARK_DIRTY")
+        return {"commit": os.environ.get("BENCHMARK_COMMIT"), "dirty": None if dirty is None else dirty == "1"}
+    return {"commit": commit, "dirty": bool(_output(["git", "status", "--porcelain", "--untracked-files=no"]))}
+
+
+def versions() -> dict:
+    found = {"python": platform.python_version(), "torch": torch.__version__}
+    for package in ("tokenizers", "sacrebleu"):
+        try:
+            found[package] = importlib.metadata.version(package)
+        except importlib.metadata.PackageNotFoundError:
+            found[package] = None
+    return found
+
+
+def hardware(device: torch.device | None = None) -> dict:
+    """The CPU, or for a GPU run the GPUs (name, count, CUDA, driver) and not the host's CPU."""
+    if device is None or device.type != "cuda":
+        return {"cpu": machine(), "threads": torch.get_num_threads()}
+    driver = _output(["nvidia-smi", "--query-gpu=driver_version", "--format=csv,noheader"])
+    return {"gpu": torch.cuda.get_device_name(device), "gpu_count": torch.cuda.device_count(),
+            "cuda": torch.version.cuda, "driver": driver.splitlines()[0] if driver else None}
+
+
+def command_line() -> str:
+    """python and the arguments, absolute paths inside the repository made relative to it."""
+    words = []
+    for word in [sys.argv[0], *sys.argv[1:]]:
+        path = Path(word)
+        if path.is_absolute() and path.resolve().is_relative_to(REPO):
+            word = path.resolve().relative_to(REPO).as_posix()
+        words.append(word)
+    return "python " + " ".join(words)
+
+
 def write_report(path: Path, results: dict, device: torch.device | None = None) -> None:
-    """Write results with the command line, machine and torch version to path, whole or not at all."""
+    """Write results with the command, code, software, machine, date and wall time to path,
+    whole or not at all."""
     report = {
-        "command": "python " + " ".join([Path(sys.argv[0]).as_posix(), *sys.argv[1:]]),
+        "command": command_line(),
         "machine": machine(device),
         "torch": torch.__version__,
+        "git": git_state(),
+        "versions": versions(),
+        "hardware": hardware(device),
+        "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+        "wall_s": round(time.time() - STARTED, 1),
         **results,
     }
     path.parent.mkdir(parents=True, exist_ok=True)

@@ -1,0 +1,209 @@
+"""The training step users run, timed: Trainer.train_step, warm, on real and generated batches.
+
+The Trainer is built as `python -m transformer train` builds it (the preset's model, the
+prepared and cached corpus, the prefetching batch stream, the device's precision, torch.compile
+on CUDA). After --warmup steps (compilation included), --steps steps are timed, --repeats times
+over; each repeat takes the next batches of the epoch. Per repeat:
+
+- target tokens/s counting real target tokens, and positions/s counting every position of the
+  padded source and target tensors;
+- the padding fraction of those positions;
+- MFU on real tokens: the FLOPs the step needs for its real tokens, written out below
+  (useful_flops), per second, over the device's dense bf16 peak (named in the record);
+- peak memory on a GPU;
+- the bare step beside it: the same computation on the same batches already on the device
+  (benchmarks/train_throughput.py's bare_step), the Trainer's data pipeline left out.
+
+Corpora: Multi30k (--data, a folder of train.en.gz ...; skipped when absent) and a generated
+corpus whose target lengths follow the source lengths as a real corpus's do (a target of
+0.8 to 1.25 times the source's words), with a shared BPE vocabulary of --vocab-size (37,000,
+the paper's and `train --preset base`'s).
+
+--ablation then measures the first preset on the generated corpus once for each change of
+VARIANTS: the step with one of the Trainer's speed choices undone, to show what each is worth.
+
+    python benchmarks/trainer_step.py --device cuda --presets base big --ablation \\
+        --data ../shared/data/multi30k --out benchmarks/results/train_gpu.json
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import tempfile
+import time
+from pathlib import Path
+
+import numpy as np
+import torch
+
+from report import machine, write_report
+from train_throughput import PEAK_TFLOPS, bare_step, sync
+from transformer import Trainer, TrainingConfig, TransformerConfig, label_smoothed_loss
+from transformer.data import PAD
+from transformer.training import learning_rate
+
+
+def write_correlated_corpus(folder: Path, pairs: int, seed: int = 0) -> Path:
+    """train/val files of generated pairs: 5 to 60 source words, a target of 0.8 to 1.25 times
+    as many, words of a 60,000-word lexicon drawn with Zipf frequencies."""
+    rng = np.random.default_rng(seed)
+    letters = np.array(list("abcdefghijklmnopqrstuvwxyz"))
+    lexicon = ["".join(rng.choice(letters, rng.integers(2, 11))) for _ in range(60_000)]
+    folder.mkdir(parents=True, exist_ok=True)
+    for split, n in (("train", pairs), ("val", 200)):
+        src_len = rng.integers(5, 61, n)
+        tgt_len = np.maximum(1, np.rint(src_len * rng.uniform(0.8, 1.25, n))).astype(int)
+        for lang, lengths in (("en", src_len), ("de", tgt_len)):
+            words = rng.zipf(1.1, lengths.sum()) % len(lexicon)
+            sentences = np.split(words, np.cumsum(lengths)[:-1])
+            text = "".join(" ".join(lexicon[w] for w in s) + "\n" for s in sentences)
+            (folder / f"{split}.{lang}").write_text(text)
+    return folder
+
+
+def useful_flops(config: TransformerConfig, src_len: torch.Tensor, tgt_len: torch.Tensor) -> float:
+    """FLOPs of one training step (forward and backward: 3 x forward) on the real tokens of a
+    batch of sentences of these lengths: every matrix product of the model, attention scores
+    and their weighted sums included (the decoder's self-attention causal: half the square)."""
+    d, d_ff, n, vocab = config.d_model, config.d_ff, config.n_layers, config.tgt_vocab_size
+    s, t = src_len.double(), tgt_len.double()
+    encoder = n * ((8 * d * d + 4 * d * d_ff) * s.sum() + 4 * d * (s * s).sum())
+    decoder = n * (
+        (8 * d * d + 4 * d * d + 4 * d * d_ff) * t.sum()  # self q,k,v,o; cross q,o; FFN
+        + 4 * d * d * s.sum()  # cross-attention keys and values of the source
+        + 2 * d * (t * t).sum()  # causal self-attention
+        + 4 * d * (s * t).sum()  # cross-attention
+    )
+    output = 2 * d * vocab * t.sum()
+    return float(3 * (encoder + decoder + output))
+
+
+def summary(values: list[float]) -> dict[str, float]:
+    return {"min": min(values), "median": statistics.median(values), "max": max(values)}
+
+
+def loss_not_compiled(trainer: Trainer) -> None:
+    """The model compiled alone; the loss eager, on the logits in fp32."""
+    network = torch.compile(trainer.network)
+
+    def forward_loss(src, tgt_in, tgt_out):
+        with trainer._autocast():
+            logits = network(src, tgt_in, check_ids=False)
+        return label_smoothed_loss(logits, tgt_out, trainer.config.label_smoothing)
+
+    trainer.forward_loss = forward_loss
+
+
+def adam_not_fused(trainer: Trainer) -> None:
+    """torch's default Adam on CUDA (foreach: a few kernels per group of tensors)."""
+    d_model, warmup = trainer.model.config.d_model, trainer.config.warmup_steps
+    trainer.optimizer = torch.optim.Adam(trainer.model.parameters(), lr=1.0, betas=(0.9, 0.98), eps=1e-9)
+    trainer.schedule = torch.optim.lr_scheduler.LambdaLR(
+        trainer.optimizer, lambda done: learning_rate(done + 1, d_model, warmup))
+
+
+VARIANTS = {  # name: (TrainingConfig changes, change to the built Trainer)
+    "not compiled": ({"compile": False, "pad_multiple": 8}, None),
+    "loss not compiled": ({}, loss_not_compiled),
+    "Adam not fused": ({}, adam_not_fused),
+}
+
+
+def measure(model_config, corpus: Path, args, work: Path, changes: dict | None = None, change=None) -> dict:
+    config = TrainingConfig(data=str(corpus), vocab_size=args.vocab_size, max_tokens=args.max_tokens,
+                            precision="auto", device=args.device, cache_dir=str(work.parent / "cache"),
+                            warmup_steps=4000, checkpoint_minutes=1e9, max_steps=10**6, **(changes or {}))
+    trainer = Trainer.from_config(model_config, config, work / "run")
+    if change is not None:
+        change(trainer)
+    device = trainer.device
+    for _ in range(args.warmup):
+        trainer.train_step()
+    sync(device)
+    config = trainer.model.config  # with the vocabulary of the tokenizer
+    peak = next((v for k, v in PEAK_TFLOPS.items() if device.type == "cuda" and k in torch.cuda.get_device_name(device)), None)
+    seen = []  # the batches train_step takes, as it takes them
+    next_batch = trainer._next_batch
+    trainer._next_batch = lambda: seen.append(next_batch()) or seen[-1]
+    repeats = []
+    for _ in range(args.repeats):
+        seen.clear()
+        if device.type == "cuda":
+            torch.cuda.reset_peak_memory_stats(device)
+        sync(device)
+        start = time.perf_counter()
+        tokens = 0
+        for _ in range(args.steps):
+            loss_sum, n_tokens = trainer.train_step()
+            tokens += n_tokens
+        loss_sum.item()
+        seconds = time.perf_counter() - start
+        src_len = torch.cat([(b.src != PAD).sum(1) for b in seen]).cpu()
+        tgt_len = torch.cat([(b.tgt_out != PAD).sum(1) for b in seen]).cpu()
+        positions = sum(b.src.numel() + b.tgt_out.numel() for b in seen)
+        flops = useful_flops(config, src_len, tgt_len)
+        assert tokens == int(tgt_len.sum()), "the batches counted are the steps timed"
+        sync(device)
+        start = time.perf_counter()
+        for batch in seen:
+            loss = bare_step(trainer, batch)
+        loss.item()
+        bare = time.perf_counter() - start
+        repeat = {"tokens_per_s": tokens / seconds, "positions_per_s": positions / seconds,
+                  "padding": 1 - (int(src_len.sum()) + tokens) / positions, "step_ms": 1e3 * seconds / args.steps,
+                  "bare_tokens_per_s": tokens / bare, "tokens_per_step": tokens / args.steps}
+        if peak:
+            repeat["mfu"] = flops / seconds / 1e12 / peak
+            repeat["bare_mfu"] = flops / bare / 1e12 / peak
+        if device.type == "cuda":
+            repeat["peak_memory_gib"] = torch.cuda.max_memory_allocated(device) / 2**30
+        repeats.append(repeat)
+        print({k: round(v, 4) for k, v in repeat.items()}, flush=True)
+    result = {key: summary([r[key] for r in repeats]) for key in repeats[0]}
+    result["parameters"] = sum(p.numel() for p in trainer.model.parameters())
+    result["vocabulary"] = config.tgt_vocab_size
+    result["peak_tflops"] = peak
+    return result
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--device", default="auto")
+    parser.add_argument("--presets", nargs="+", default=["base"], choices=["base", "big"])
+    parser.add_argument("--data", type=Path, help="a Multi30k folder (train.en.gz, ...); left out when absent")
+    parser.add_argument("--pairs", type=int, default=100_000, help="pairs of the generated corpus")
+    parser.add_argument("--vocab-size", type=int, default=37_000)
+    parser.add_argument("--max-tokens", type=int, default=25_000, help="tokens per update and side (paper: 25000)")
+    parser.add_argument("--warmup", type=int, default=10)
+    parser.add_argument("--steps", type=int, default=20)
+    parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--ablation", action="store_true", help="also measure VARIANTS (first preset, generated corpus)")
+    parser.add_argument("--out", type=Path, required=True)
+    args = parser.parse_args()
+    device = torch.device("cuda" if args.device in ("auto", "cuda") and torch.cuda.is_available() else args.device)
+    results, ablation = {}, {}
+
+    def write() -> None:  # after every measurement: a run cut short keeps what it measured
+        write_report(args.out, {"device": machine(device), "args": {k: str(v) for k, v in vars(args).items()},
+                                "results": results, "ablation": ablation}, device)
+
+    with tempfile.TemporaryDirectory() as work:
+        corpora = {"generated": write_correlated_corpus(Path(work) / "generated", args.pairs)}
+        if args.data is not None and (args.data / "train.en.gz").is_file():
+            corpora["multi30k"] = args.data
+        for preset in args.presets:
+            for name, corpus in corpora.items():
+                print(f"{preset}, {name}:", flush=True)
+                model_config = getattr(TransformerConfig, preset)()
+                results[f"{preset}, {name}"] = measure(model_config, corpus, args, Path(work) / f"{preset}-{name}")
+                write()
+        for variant, (changes, change) in VARIANTS.items() if args.ablation else ():
+            print(f"{args.presets[0]}, generated, {variant}:", flush=True)
+            model_config = getattr(TransformerConfig, args.presets[0])()
+            ablation[variant] = measure(model_config, corpora["generated"], args, Path(work) / variant, changes, change)
+            write()
+
+
+if __name__ == "__main__":
+    main()
