@@ -3,7 +3,9 @@
 # (benchmarks/results/*_gpu.json record each command, the GPU and the torch version):
 #
 #   bash benchmarks/gpu.sh tests                      # the CUDA-marked tests
-#   bash benchmarks/gpu.sh throughput                 # base and big: tokens/s, MFU, memory
+#   bash benchmarks/gpu.sh throughput DATA            # Trainer.train_step, base and big: tokens/s, MFU
+#   bash benchmarks/gpu.sh bare                       # the bare model step beside nn.Transformer
+#   bash benchmarks/gpu.sh attention                  # cuDNN's masked attention at lengths 64 mod 128
 #   bash benchmarks/gpu.sh profile                    # where a base step's time goes (Trainer, bare)
 #   bash benchmarks/gpu.sh multi30k DATA MINUTES NAME=FLAGS...  # recipes side by side, scored
 #
@@ -21,7 +23,7 @@
 # DATA is the Multi30k folder (default ../shared/data/multi30k); results go to
 # benchmarks/results, logs and runs to runs/gpu.
 set -euo pipefail
-stage=${1:?stage: tests, throughput, profile, multi30k or decoding}
+stage=${1:?stage: tests, throughput, bare, attention, profile, multi30k or decoding}
 data=${2:-../shared/data/multi30k}
 logs=runs/gpu
 results=benchmarks/results
@@ -33,7 +35,16 @@ tests)
     python -m pytest -q -m gpu -p no:cacheprovider tests/test_attention.py tests/test_training.py
     ;;
 throughput)
-    # the paper's batch: about 25,000 target tokens (800 sentences of 28 to 32 tokens)
+    # the step users run, warm, on Multi30k and a generated corpus, the paper's 25,000 tokens;
+    # then the ablation: the base step with one of the Trainer's speed choices undone at a time
+    python benchmarks/trainer_step.py --device cuda --presets base big --ablation --data "$data" \
+        --out "$results/train_gpu.json"
+    ;;
+attention)
+    python benchmarks/cudnn_attention.py --out "$results/cudnn_attention_gpu.json"
+    ;;
+bare)
+    # the bare model step (no Trainer) on a batch of 800 sentences of 28 to 32 tokens
     for preset in base big; do
         python benchmarks/train_throughput.py --device cuda --preset "$preset" --batch 800 --length 32 \
             --min-length 28 --precisions bf16 --compile --warmup 5 --steps 20 --repeats 1 \

@@ -178,7 +178,9 @@ def main() -> None:
     parser.add_argument("--warmup", type=int, default=10)
     parser.add_argument("--steps", type=int, default=20)
     parser.add_argument("--repeats", type=int, default=3)
-    parser.add_argument("--ablation", action="store_true", help="also measure VARIANTS (first preset, generated corpus)")
+    parser.add_argument("--ablation", nargs="*", choices=list(VARIANTS), metavar="VARIANT",
+                        help=f"also measure these VARIANTS (all when none is named): {', '.join(VARIANTS)}; "
+                        "first preset, generated corpus")
     parser.add_argument("--out", type=Path, required=True)
     args = parser.parse_args()
     device = torch.device("cuda" if args.device in ("auto", "cuda") and torch.cuda.is_available() else args.device)
@@ -198,7 +200,8 @@ def main() -> None:
                 model_config = getattr(TransformerConfig, preset)()
                 results[f"{preset}, {name}"] = measure(model_config, corpus, args, Path(work) / f"{preset}-{name}")
                 write()
-        for variant, (changes, change) in VARIANTS.items() if args.ablation else ():
+        for variant in (args.ablation or list(VARIANTS)) if args.ablation is not None else ():
+            changes, change = VARIANTS[variant]
             print(f"{args.presets[0]}, generated, {variant}:", flush=True)
             model_config = getattr(TransformerConfig, args.presets[0])()
             ablation[variant] = measure(model_config, corpora["generated"], args, Path(work) / variant, changes, change)
