@@ -194,8 +194,8 @@ def main() -> None:
         corpora = {"generated": write_correlated_corpus(Path(work) / "generated", args.pairs)}
         if args.data is not None and (args.data / "train.en.gz").is_file():
             corpora["multi30k"] = args.data
-        for preset in args.presets:
-            for name, corpus in corpora.items():
+        for name, corpus in corpora.items():
+            for preset in args.presets:
                 print(f"{preset}, {name}:", flush=True)
                 model_config = getattr(TransformerConfig, preset)()
                 results[f"{preset}, {name}"] = measure(model_config, corpus, args, Path(work) / f"{preset}-{name}")
