@@ -215,3 +215,22 @@ def test_dropout_on_a_cpu_is_dropout():
     assert not torch.equal(dropout(x), out), "a new mask every call"
     assert torch.equal(dropout.eval()(x), x)
     assert Dropout(p)(x.bfloat16()).dtype == torch.bfloat16
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("length", [64, 192, 320])
+def test_a_bf16_training_step_with_masks_is_finite_at_lengths_64_mod_128_on_cuda(length):
+    """cuDNN's attention backward returned NaN with an attention mask when the sequence length
+    is 64 mod 128 (pytorch issue 196678); whatever kernel SDPA picks, the step must be finite."""
+    config = TransformerConfig(src_vocab_size=100, tgt_vocab_size=100, d_model=128, n_heads=2, d_ff=256,
+                               n_layers=2, dropout=0.1, max_len=512)
+    model = Transformer(config).cuda().train()
+    src = torch.randint(4, 100, (4, length), device="cuda")
+    tgt = torch.randint(4, 100, (4, length), device="cuda")
+    src[0, length // 2 :] = tgt[1, length // 3 :] = config.pad_id  # padding masks as well as the causal one
+    with torch.autocast("cuda", dtype=torch.bfloat16):
+        logits = model(src, tgt)
+    loss = torch.nn.functional.cross_entropy(logits.float().flatten(0, 1), tgt.flatten(), ignore_index=config.pad_id)
+    loss.backward()
+    assert torch.isfinite(loss)
+    assert all(torch.isfinite(p.grad).all() for p in model.parameters() if p.grad is not None)
