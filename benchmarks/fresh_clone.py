@@ -39,13 +39,14 @@ def run(command: str, cwd: Path, env: dict[str, str]) -> dict:
     started = time.perf_counter()
     done = subprocess.run(command, shell=True, cwd=cwd, env=env, capture_output=True, text=True)
     seconds = time.perf_counter() - started
-    output = (done.stdout + done.stderr).splitlines()
+    output = done.stdout.splitlines()
+    errors = done.stderr.splitlines()
     result = {"command": command, "seconds": round(seconds, 1), "returncode": done.returncode,
-              "tail": output[-5:]}
+              "tail": output[-5:] + (errors[-5:] if done.returncode else [])}
     exact = [m for line in output if (m := re.search(r"exact match on the test split ([\d.]+)%", line))]
     if exact:
         result["exact_match"] = round(float(exact[-1].group(1)) / 100, 4)
-    print(f"  exit {done.returncode} after {seconds / 60:.1f} min", *output[-3:], sep="\n  ", flush=True)
+    print(f"  exit {done.returncode} after {seconds / 60:.1f} min", *result["tail"], sep="\n  ", flush=True)
     return result
 
 
