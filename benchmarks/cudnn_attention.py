@@ -3,8 +3,8 @@ cuDNN's attention backward gave NaN with an attention mask at sequence lengths 6
 
 For each kernel scaled_dot_product_attention may use (and its own choice, "default") and each
 length, one step of a one-layer model (d_model 256, 4 heads, padding masks in the encoder and
-cross-attention, the causal decoder) as tests/test_training.py runs it: finite loss and gradients
-or not. A kernel that refuses the inputs is recorded as such.
+cross-attention, the causal decoder): finite loss and gradients or not. A kernel that refuses
+the inputs is recorded as such. (tests/test_model.py checks the kernel SDPA picks.)
 
     python benchmarks/cudnn_attention.py --out benchmarks/results/cudnn_attention_gpu.json
 """

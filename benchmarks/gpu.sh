@@ -4,6 +4,7 @@
 #
 #   bash benchmarks/gpu.sh tests                      # the CUDA-marked tests
 #   bash benchmarks/gpu.sh throughput DATA            # Trainer.train_step, base and big: tokens/s, MFU
+#   bash benchmarks/gpu.sh ablation                   # the base step, one speed choice undone at a time
 #   bash benchmarks/gpu.sh bare                       # the bare model step beside nn.Transformer
 #   bash benchmarks/gpu.sh attention                  # cuDNN's masked attention at lengths 64 mod 128
 #   bash benchmarks/gpu.sh profile                    # where a base step's time goes (Trainer, bare)
@@ -23,7 +24,7 @@
 # DATA is the Multi30k folder (default ../shared/data/multi30k); results go to
 # benchmarks/results, logs and runs to runs/gpu.
 set -euo pipefail
-stage=${1:?stage: tests, throughput, bare, attention, profile, multi30k or decoding}
+stage=${1:?stage: tests, throughput, ablation, bare, attention, profile, multi30k or decoding}
 data=${2:-../shared/data/multi30k}
 logs=runs/gpu
 results=benchmarks/results
@@ -32,13 +33,24 @@ export PYTHONUNBUFFERED=1
 
 case $stage in
 tests)
-    python -m pytest -q -m gpu -p no:cacheprovider tests/test_attention.py tests/test_training.py
+    python -m pytest -q -m gpu -p no:cacheprovider tests/test_attention.py tests/test_model.py tests/test_training.py
     ;;
 throughput)
-    # the step users run, warm, on Multi30k and a generated corpus, the paper's 25,000 tokens;
-    # then the ablation: the base step with one of the Trainer's speed choices undone at a time
-    python benchmarks/trainer_step.py --device cuda --presets base big --ablation --data "$data" \
-        --out "$results/train_gpu.json"
+    # the step users run, warm, at the paper's 25,000 tokens per update: on Multi30k and a
+    # generated corpus with a vocabulary of 8,000, then on the generated corpus with the paper's
+    # 37,000 (trainer_step_gpu_*_37k.json: measured with --warmup 40 and written as
+    # train_gpu_PRESET.json, then renamed, since that name holds the bare step's record)
+    for preset in base big; do
+        python benchmarks/trainer_step.py --device cuda --presets "$preset" --data "$data" \
+            --vocab-size 8000 --warmup 15 --out "$results/trainer_step_gpu_$preset.json"
+        python benchmarks/trainer_step.py --device cuda --presets "$preset" --warmup 40 \
+            --out "$results/trainer_step_gpu_${preset}_37k.json"
+    done
+    ;;
+ablation)
+    # the base step with one of the Trainer's speed choices undone at a time (not yet measured)
+    python benchmarks/trainer_step.py --device cuda --presets base --ablation \
+        --out "$results/trainer_step_gpu_ablation.json"
     ;;
 attention)
     python benchmarks/cudnn_attention.py --out "$results/cudnn_attention_gpu.json"
@@ -86,7 +98,7 @@ decoding)
         --device cuda --out "$results/decoding_gpu.json"
     ;;
 *)
-    echo "unknown stage $stage: expected tests, throughput, profile, multi30k or decoding" >&2
+    echo "unknown stage $stage: expected tests, throughput, ablation, bare, attention, profile, multi30k or decoding" >&2
     exit 2
     ;;
 esac

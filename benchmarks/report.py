@@ -3,8 +3,9 @@ the code (git commit and dirty flag), the software (Python, torch, tokenizers, s
 machine (CPU model and threads; for a GPU run the GPU's name and count, CUDA and driver), the
 date and the wall time, in an atomically written JSON file.
 
-Where the checkout has no .git (a copy sent to a GPU machine), the commit and dirty flag are read
-from the environment variables BENCHMARK_COMMIT and BENCHMARK_DIRTY (1 or 0) when set."""
+The environment variables BENCHMARK_COMMIT and BENCHMARK_DIRTY (1 or 0), when set, give the
+commit and dirty flag instead of git: a copy of the checkout sent to a GPU machine may carry no
+.git, or a stale one (one did: it named a commit weeks older than the code it ran)."""
 
 from __future__ import annotations
 
@@ -46,11 +47,12 @@ def _output(command: list[str]) -> str | None:
 
 def git_state() -> dict:
     """The commit of the checkout and whether tracked files differ from it."""
-    commit = _output(["git", "rev-parse", "HEAD"])
-    if commit is None:
+    if "BENCHMARK_COMMIT" in os.environ:
         dirty = os.environ.get("BENCHMARK_DIRTY")
-        return {"commit": os.environ.get("BENCHMARK_COMMIT"), "dirty": None if dirty is None else dirty == "1"}
-    return {"commit": commit, "dirty": bool(_output(["git", "status", "--porcelain", "--untracked-files=no"]))}
+        return {"commit": os.environ["BENCHMARK_COMMIT"], "dirty": None if dirty is None else dirty == "1"}
+    commit = _output(["git", "rev-parse", "HEAD"])
+    status = _output(["git", "status", "--porcelain", "--untracked-files=no"])
+    return {"commit": commit, "dirty": None if status is None else bool(status)}
 
 
 def versions() -> dict:

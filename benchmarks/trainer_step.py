@@ -3,7 +3,10 @@
 The Trainer is built as `python -m transformer train` builds it (the preset's model, the
 prepared and cached corpus, the prefetching batch stream, the device's precision, torch.compile
 on CUDA). After --warmup steps (compilation included), --steps steps are timed, --repeats times
-over; each repeat takes the next batches of the epoch. Per repeat:
+over; each repeat takes the next batches of the epoch. torch.compile compiles again for each new
+batch shape until it has made the lengths dynamic: on one H100, 10 warm-up steps left a repeat of
+20 base steps at 2.3 s a step, 40 leave the first repeat about 1.7 times the later ones' time
+(the spread shows it). Per repeat:
 
 - target tokens/s counting real target tokens, and positions/s counting every position of the
   padded source and target tensors;
@@ -175,7 +178,8 @@ def main() -> None:
     parser.add_argument("--pairs", type=int, default=100_000, help="pairs of the generated corpus")
     parser.add_argument("--vocab-size", type=int, default=37_000)
     parser.add_argument("--max-tokens", type=int, default=25_000, help="tokens per update and side (paper: 25000)")
-    parser.add_argument("--warmup", type=int, default=10)
+    parser.add_argument("--warmup", type=int, default=40,
+                        help="untimed steps first: each new batch shape is compiled (seconds a step)")
     parser.add_argument("--steps", type=int, default=20)
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--ablation", nargs="*", choices=list(VARIANTS), metavar="VARIANT",
