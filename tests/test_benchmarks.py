@@ -80,3 +80,25 @@ def test_fresh_clone_times_commands_in_a_clone_and_reads_make_trains_summary(tmp
     assert [r["returncode"] for r in runs] == [0, 0, 3], "run in a clean clone, each command's status kept"
     assert runs[1]["exact_match"] == 0.962 and "exact_match" not in runs[0]
     assert set(BENCHMARKS.parent.parent.glob(".fresh-clone-*")) <= clones, "the clone is removed"
+
+
+def test_trainer_step_flops_written_out_agree_with_flop_counter_mode(monkeypatch):
+    """trainer_step.py's MFU counts the FLOPs of the real tokens from a formula; on a batch
+    without padding it agrees with FlopCounterMode's count of the step to 1% (the formula counts
+    half of the causal self-attention square, FlopCounterMode all of it)."""
+    import torch
+    from torch.utils.flop_counter import FlopCounterMode
+
+    from transformer import Transformer, TransformerConfig, label_smoothed_loss
+
+    monkeypatch.syspath_prepend(str(BENCHMARKS))
+    from trainer_step import useful_flops
+
+    config = TransformerConfig.base()
+    with torch.device("meta"):
+        model = Transformer(config)
+        src, tgt = torch.ones(100, 30, dtype=torch.long), torch.ones(100, 25, dtype=torch.long)
+    with FlopCounterMode(display=False) as counter:
+        label_smoothed_loss(model(src, tgt, check_ids=False), tgt, 0.1).backward()
+    written = useful_flops(config, torch.full((100,), 30), torch.full((100,), 25))
+    assert abs(written / counter.get_total_flops() - 1) < 0.01
