@@ -9,7 +9,7 @@ import pytest
 import torch
 
 from transformer.cli import main
-from transformer.training import load_checkpoint
+from transformer.trainer import load_checkpoint
 
 
 def test_python_m_transformer_runs_the_command_line():

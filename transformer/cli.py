@@ -25,7 +25,7 @@ from transformer.evaluation import (
     write_final_model,
 )
 from transformer.model import TransformerConfig
-from transformer.training import (
+from transformer.trainer import (
     Trainer,
     TrainingConfig,
     load_checkpoint,

@@ -15,7 +15,7 @@ from tokenizers import Tokenizer
 
 from transformer.decoding import translate
 from transformer.model import Transformer
-from transformer.training import load_checkpoint, save_checkpoint
+from transformer.trainer import load_checkpoint, save_checkpoint
 
 
 def _check_pairs(hypotheses: Sequence[str], references: Sequence[str]) -> None:
