@@ -30,8 +30,14 @@ from dataclasses import asdict
 from pathlib import Path
 
 from report import write_report
-from transformer import (Trainer, TrainingConfig, TransformerConfig, bracket_scores, load_model, translate,
-                         treebank, write_corpus)
+from transformer import (
+    Trainer,
+    TrainingConfig,
+    TransformerConfig,
+    load_model,
+    translate,
+)
+from transformer.parsing import bracket_scores, treebank, write_corpus
 
 TREEBANK = {"n_train": 40_000, "n_val": 500, "n_test": 1000, "seed": 0}
 MODEL = {"d_model": 128, "n_heads": 4, "d_ff": 512, "n_layers": 4, "dropout": 0.1, "norm_first": True}

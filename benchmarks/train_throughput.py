@@ -50,7 +50,8 @@ from report import machine, write_report
 from train_scale import write_corpus
 import transformer.model
 import transformer.training
-from transformer import Trainer, TrainingConfig, Transformer, TransformerConfig, sinusoidal_positional_encoding
+from transformer import Trainer, TrainingConfig, Transformer, TransformerConfig
+from transformer.positional import sinusoidal_positional_encoding
 
 PEAK_TFLOPS = {"H100": 989.0, "H200": 989.0, "A100": 312.0}  # dense bf16 tensor-core peaks
 

@@ -44,6 +44,7 @@ from report import machine, write_report
 from train_throughput import PEAK_TFLOPS, bare_step, sync
 from transformer import Trainer, TrainingConfig, TransformerConfig, label_smoothed_loss
 from transformer.data import PAD
+from transformer.trainer import autocast
 from transformer.training import learning_rate
 
 
@@ -91,7 +92,7 @@ def loss_not_compiled(trainer: Trainer) -> None:
     network = torch.compile(trainer.network)
 
     def forward_loss(src, tgt_in, tgt_out):
-        with trainer._autocast():
+        with autocast(trainer.device, trainer.dtype):
             logits = network(src, tgt_in, check_ids=False)
         return label_smoothed_loss(logits, tgt_out, trainer.config.label_smoothing)
 

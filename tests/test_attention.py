@@ -4,7 +4,8 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from transformer import KeyValueCache, MultiHeadAttention, causal_mask, padding_mask, scaled_dot_product_attention
+from transformer import MultiHeadAttention, scaled_dot_product_attention
+from transformer.attention import KeyValueCache, causal_mask, padding_mask
 
 
 @pytest.fixture(autouse=True)

@@ -8,18 +8,20 @@ import pytest
 import torch
 
 from transformer import (
+    load_corpus,
+    number_corpus,
+    prepare_data,
+    read_parallel_files,
+    train_tokenizer,
+)
+from transformer.data import (
     BatchStream,
     TokenBatchSampler,
     TokenizedSplit,
     collate,
     encode_pairs,
-    load_corpus,
     load_hub_dataset,
-    number_corpus,
     pair_lengths,
-    prepare_data,
-    read_parallel_files,
-    train_tokenizer,
 )
 from transformer.data import BOS, EOS, PAD
 

@@ -10,10 +10,10 @@ from transformer import (
     TransformerConfig,
     beam_search,
     greedy_decode,
-    length_penalty,
     train_tokenizer,
     translate,
 )
+from transformer.decoding import length_penalty
 from transformer.data import BOS, EOS, PAD
 
 SMALL = dict(src_vocab_size=40, tgt_vocab_size=40, d_model=32, n_heads=4, d_ff=64, n_layers=2, dropout=0.0)

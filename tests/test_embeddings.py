@@ -5,7 +5,7 @@ import math
 import pytest
 import torch
 
-from transformer import Embeddings, OutputProjection
+from transformer.embeddings import Embeddings, OutputProjection
 
 
 def test_embeddings_are_the_table_times_sqrt_d_model():

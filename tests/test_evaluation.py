@@ -20,8 +20,8 @@ from transformer import (
     load_model,
     save_checkpoint,
     tokenized_bleu,
-    write_final_model,
 )
+from transformer.evaluation import write_final_model
 
 TINY = TransformerConfig(d_model=32, n_heads=4, d_ff=64, n_layers=1, dropout=0.0)
 

@@ -1,5 +1,6 @@
 """The committed package is exactly what the chapters export (tools/export.py)."""
 
+import ast
 import re
 import shutil
 import subprocess
@@ -22,12 +23,38 @@ def test_committed_package_matches_the_chapters():
 
 def test_every_generated_file_names_its_chapter_and_the_chapter_names_it():
     for module in (ROOT / "transformer").glob("*.py"):
-        if not module.name.startswith("__"):
+        if not module.name.startswith("__") and module.name != "utils.py":
             first_line = module.read_text().splitlines()[0]
             match = re.fullmatch(r"# Generated from book/(\w+\.md) by tools/export.py: .*", first_line)
             assert match, (module, first_line)
             chapter = ROOT / "book" / match[1]
             assert f"\nmodule: {module.stem}\n" in chapter.read_text(), (module, chapter)
+
+
+def test_the_package_exposes_a_few_dozen_names_each_from_its_module():
+    import transformer
+
+    assert "__version__" in transformer.__all__ and len(transformer.__all__) <= 40
+    for name in transformer.__all__:
+        value = getattr(transformer, name)
+        if name != "__version__":  # a function or class, defined in one of the modules
+            assert value.__module__.startswith("transformer."), (name, value.__module__)
+    assert "folder_lock" not in transformer.__all__, "engineering helpers stay in their module"
+
+
+def test_no_module_imports_the_package_init():
+    """A module importing `transformer` itself would depend on the order __init__ runs in;
+    helpers such as add_to_class and the version live in transformer.utils."""
+    for module in (ROOT / "transformer").glob("*.py"):
+        if module.name in ("__init__.py", "__main__.py"):
+            continue
+        for node in ast.walk(ast.parse(module.read_text())):
+            if isinstance(node, ast.Import):
+                assert all(a.name != "transformer" for a in node.names), module
+            if isinstance(node, ast.ImportFrom) and node.level == 0:
+                assert node.module != "transformer", (module, node.lineno)
+            if isinstance(node, ast.ImportFrom) and node.level == 1:
+                assert node.module, (module, node.lineno)
 
 
 @pytest.fixture
@@ -55,16 +82,22 @@ def test_check_fails_on_any_difference_and_export_repairs_it(package_copy, tampe
 
 
 def test_the_paper_index_names_only_what_the_package_has():
-    import transformer
+    import importlib
 
-    rows = [line for line in (ROOT / "book" / "paper_index.md").read_text().splitlines() if line.startswith("| §")
-            or line.startswith("| Figures")]
-    names = {name for row in rows for name in re.findall(r"`([A-Za-z_][\w.]*)`", row.split("|")[4])}
+    modules = [importlib.import_module(f"transformer.{p.stem}")
+               for p in sorted((ROOT / "transformer").glob("*.py")) if p.stem[0] != "_"]
+    rows = [line for line in (ROOT / "book" / "paper_index.md").read_text().splitlines()
+            if line.startswith("| §") or line.startswith("| Figures")]
+    names = {name for row in rows
+             for name in re.findall(r"`([A-Za-z_][\w.]*)`", row.split("|")[4])}
     assert len(rows) >= 15 and len(names) >= 30
     for name in sorted(names):
-        obj = transformer
-        for part in name.split("."):
-            assert hasattr(obj, part), f"book/paper_index.md names {name}, which the package does not have"
+        first, *rest = name.split(".")
+        owners = [m for m in modules if first in getattr(m, "__all__", ())]
+        assert owners, f"book/paper_index.md names {name}, which no module of the package has"
+        obj = getattr(owners[0], first)
+        for part in rest:
+            assert hasattr(obj, part), f"book/paper_index.md names {name}: no {part}"
             obj = getattr(obj, part)
 
 

@@ -3,7 +3,7 @@
 import pytest
 import torch
 
-from transformer import PositionwiseFeedForward
+from transformer.feed_forward import PositionwiseFeedForward
 
 
 def test_relu_ffn_is_the_papers_formula():

@@ -3,7 +3,9 @@
 import pytest
 import torch
 
-from transformer import DecoderLayer, Dropout, EncoderLayer, Transformer, TransformerConfig, causal_mask, padding_mask
+from transformer import Transformer, TransformerConfig
+from transformer.attention import causal_mask, padding_mask
+from transformer.model import DecoderLayer, Dropout, EncoderLayer
 
 SMALL = dict(src_vocab_size=60, tgt_vocab_size=60, d_model=32, n_heads=4, d_ff=64, n_layers=2, dropout=0.0)
 
@@ -183,7 +185,7 @@ def test_draw_architecture_labels_the_boxes_with_the_configuration():
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    from transformer import draw_architecture
+    from transformer.model import draw_architecture
 
     config = TransformerConfig(src_vocab_size=500, tgt_vocab_size=500, d_model=96, n_heads=3, d_ff=200, n_layers=5)
     fig, ax = plt.subplots()

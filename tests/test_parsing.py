@@ -6,12 +6,12 @@ from collections import Counter
 
 import pytest
 
-from transformer import (
+from transformer import read_parallel_files
+from transformer.parsing import (
     Tree,
     bracket_scores,
     linearize,
     read_linearized,
-    read_parallel_files,
     sample_tree,
     treebank,
     write_corpus,

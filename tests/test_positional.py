@@ -5,7 +5,11 @@ import math
 import pytest
 import torch
 
-from transformer import LearnedPositionalEmbedding, SinusoidalPositionalEncoding, sinusoidal_positional_encoding
+from transformer.positional import (
+    LearnedPositionalEmbedding,
+    SinusoidalPositionalEncoding,
+    sinusoidal_positional_encoding,
+)
 
 
 def test_table_values_follow_the_formula():

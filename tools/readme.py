@@ -105,7 +105,8 @@ def architecture(path: Path) -> None:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    from transformer import TransformerConfig, draw_architecture
+    from transformer import TransformerConfig
+    from transformer.model import draw_architecture
 
     fig, ax = plt.subplots(figsize=(6, 7.5))
     draw_architecture(TransformerConfig.base(), ax)

@@ -14,7 +14,6 @@ from pathlib import Path
 
 from tqdm import tqdm
 
-import transformer
 from transformer.data import load_corpus
 from transformer.decoding import translate
 from transformer.evaluation import (
@@ -33,6 +32,7 @@ from transformer.trainer import (
     pick_device,
     save_checkpoint,
 )
+from transformer.utils import __version__
 
 
 PRESETS: dict[str, tuple[dict, dict]] = {
@@ -531,7 +531,7 @@ def _parser() -> argparse.ArgumentParser:
         description="Train and use the Transformer of 'Attention Is All You Need'.",
     )
     parser.add_argument(
-        "--version", action="version", version=f"transformer {transformer.__version__}"
+        "--version", action="version", version=f"transformer {__version__}"
     )
     commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     _add_train(commands)

@@ -7,6 +7,7 @@ import contextlib
 import ctypes
 import functools
 import hashlib
+import inspect
 import json
 import math
 import os
@@ -15,19 +16,18 @@ import signal
 import sys
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 
+import numpy as np
 import torch
 import torch.distributed as dist
-import torch.nn.functional as F
 from tokenizers import Tokenizer
 from torch import Tensor, nn
 from torch.nn.attention import SDPBackend, sdpa_kernel
 from tqdm import tqdm
 
-import transformer
 from transformer.data import (
     PAD,
     Batch,
@@ -59,7 +59,8 @@ def save_checkpoint(state: dict, path: str | Path) -> Path:
         RuntimeError,
     ) as error:  # torch reports a full disk as RuntimeError
         raise OSError(
-            f"could not write {path} ({error}); the checkpoints written before it are intact"
+            f"could not write {path} ({error}); "
+            "the checkpoints written before it are intact"
         ) from error
     finally:
         temporary.unlink(missing_ok=True)
@@ -67,7 +68,7 @@ def save_checkpoint(state: dict, path: str | Path) -> Path:
 
 
 def load_checkpoint(path: str | Path, map_location: str | torch.device = "cpu") -> dict:
-    """Read a checkpoint written by save_checkpoint, without unpickling arbitrary objects."""
+    """Read a checkpoint written by save_checkpoint, unpickling no arbitrary objects."""
     path = Path(path)
     if not path.is_file():
         raise FileNotFoundError(f"checkpoint {path} does not exist")
@@ -80,7 +81,8 @@ def load_checkpoint(path: str | Path, map_location: str | torch.device = "cpu") 
     if not isinstance(state, dict) or state.get("format") != CHECKPOINT_FORMAT:
         found = sorted(state)[:5] if isinstance(state, dict) else type(state).__name__
         raise ValueError(
-            f"{path} is not a transformer checkpoint (expected format {CHECKPOINT_FORMAT!r}); found {found}"
+            f"{path} is not a transformer checkpoint "
+            f"(expected format {CHECKPOINT_FORMAT!r}); found {found}"
         )
     return state
 
@@ -99,8 +101,8 @@ def check_output_folder(
     out: Path, own: bool = False, overwrite: bool = False, remove: bool = False
 ) -> None:
     """Raise unless `out` can hold this run's files: not a file, writable, and without
-    another run's checkpoints or metrics (own: this run resumes from `out`). With overwrite
-    and remove, another run's files are deleted."""
+    another run's checkpoints or metrics (own: this run resumes from `out`). With
+    overwrite and remove, another run's files are deleted."""
     if out.exists() and not out.is_dir():
         raise NotADirectoryError(f"the output folder {out} is a file")
     existing = next(p for p in [out, *out.parents] if p.exists())  # made later if new
@@ -109,8 +111,9 @@ def check_output_folder(
     found = sorted(out.glob("checkpoint-*.pt*")) + sorted(out.glob("metrics.jsonl"))
     if found and not own and not overwrite:
         raise FileExistsError(
-            f"{out} holds another run's files ({', '.join(p.name for p in found[-2:])}, "
-            f"{len(found)} in all): continue it with --resume {out}, choose another --out, "
+            f"{out} holds another run's files "
+            f"({', '.join(p.name for p in found[-2:])}, {len(found)} in all): "
+            f"continue it with --resume {out}, choose another --out, "
             "or give --overwrite to delete them first"
         )
     if found and not own and remove:
@@ -120,8 +123,8 @@ def check_output_folder(
 
 @contextlib.contextmanager
 def folder_lock(out: Path) -> Iterator[None]:
-    """Hold an exclusive lock on out/.lock (POSIX flock), or raise BlockingIOError naming
-    the process that holds it."""
+    """Hold an exclusive lock on out/.lock (POSIX flock), or raise BlockingIOError
+    naming the process that holds it."""
     import fcntl  # POSIX only: the lock is where the run is, on Linux and macOS
 
     with open(out / ".lock", "a+") as file:
@@ -130,7 +133,8 @@ def folder_lock(out: Path) -> Iterator[None]:
         except BlockingIOError:
             file.seek(0)
             raise BlockingIOError(
-                f"another run (process {file.read().strip() or '?'}) is training in {out}"
+                f"another run (process {file.read().strip() or '?'}) "
+                f"is training in {out}"
             ) from None
         file.truncate(0)
         file.write(f"{os.getpid()}\n")
@@ -142,7 +146,7 @@ def folder_lock(out: Path) -> Iterator[None]:
 
 
 def pick_device(device: str = "auto") -> torch.device:
-    """ "auto": CUDA, then MPS, then CPU; otherwise the named device, which must be here."""
+    """ "auto": CUDA, then MPS, then CPU; otherwise the named device, if it is here."""
     if device != "auto":
         try:
             chosen = torch.device(device)
@@ -190,7 +194,8 @@ def check_precision(precision: str) -> None:
 
 
 def autocast_dtype(precision: str, device: torch.device) -> torch.dtype | None:
-    """The autocast dtype for "auto", "fp32", "bf16" or "fp16" on `device` (None = fp32)."""
+    """The autocast dtype for "auto", "fp32", "bf16" or "fp16" on `device` (None:
+    fp32)."""
     check_precision(precision)
     if precision == "auto":
         if device.type == "cuda":
@@ -201,9 +206,28 @@ def autocast_dtype(precision: str, device: torch.device) -> torch.dtype | None:
     return {"fp32": None, "bf16": torch.bfloat16, "fp16": torch.float16}[precision]
 
 
+def autocast(
+    device: torch.device, dtype: torch.dtype | None
+) -> contextlib.AbstractContextManager:
+    """torch.autocast to `dtype` on `device`; nothing for fp32 (dtype None)."""
+    if dtype is None:
+        return contextlib.nullcontext()
+    return torch.autocast(device.type, dtype=dtype)
+
+
+def attention_kernel(device: torch.device) -> contextlib.AbstractContextManager:
+    """On a CPU, PyTorch's fused attention kernel is slower in the backward pass than
+    the written-out softmax(QK^T / sqrt(d_k)) V for sentence-length inputs (see
+    Training speed), so training there uses the written-out one."""
+    if device.type != "cpu":
+        return contextlib.nullcontext()
+    return sdpa_kernel(SDPBackend.MATH)
+
+
 def keep_freed_memory() -> bool:
-    """Have glibc's malloc keep the large blocks a training step frees, for the next step.
-    Returns False, changing nothing, where the C library is not glibc (macOS, musl)."""
+    """Have glibc's malloc keep the large blocks a training step frees, for the next
+    step. Returns False, changing nothing, where the C library is not glibc (macOS,
+    musl)."""
     if platform.libc_ver()[0] != "glibc":
         return False
     libc = ctypes.CDLL(None)
@@ -287,11 +311,32 @@ class TrainingConfig:
         check_precision(self.precision)
 
 
+def rank_sampler(
+    lengths: np.ndarray,
+    config: TrainingConfig,
+    rank: int,
+    world_size: int,
+    pad_multiple: int,
+) -> TokenBatchSampler:
+    """The batches of process `rank`: max_tokens per update, over ranks and accumulated
+    batches."""
+    parts = world_size * config.accumulate
+    try:
+        return TokenBatchSampler(lengths, config.max_tokens // parts, seed=config.seed,
+                                 rank=rank, world_size=world_size,
+                                 pad_multiple=pad_multiple)
+    except ValueError as error:
+        raise ValueError(
+            f"max_tokens={config.max_tokens} per update, over {world_size} process(es) "
+            f"x {config.accumulate} accumulated batch(es), leaves "
+            f"{config.max_tokens // parts} per batch: {error}"
+        ) from error
+
+
 def init_distributed(device: torch.device) -> tuple[int, int]:
     """(rank, world_size) from torchrun's environment; joins the process group once."""
-    rank, world_size = int(os.environ.get("RANK", 0)), int(
-        os.environ.get("WORLD_SIZE", 1)
-    )
+    rank = int(os.environ.get("RANK", 0))
+    world_size = int(os.environ.get("WORLD_SIZE", 1))
     if world_size > 1 and not dist.is_initialized():
         if device.type == "cuda":
             torch.cuda.set_device(device)
@@ -299,11 +344,183 @@ def init_distributed(device: torch.device) -> tuple[int, int]:
     return rank, world_size
 
 
+def all_gather(value: Tensor, world_size: int) -> list[Tensor]:
+    """`value` from every process, in rank order (a list of one without torchrun)."""
+    if world_size == 1:
+        return [value]
+    gathered = [torch.empty_like(value) for _ in range(world_size)]
+    dist.all_gather(gathered, value)
+    return gathered
+
+
+class Clock:
+    """Decides, after each step, whether to stop and whether a checkpoint is due."""
+
+    def __init__(self, config: TrainingConfig, world_size: int, device: torch.device):
+        self.config, self.world_size, self.device = config, world_size, device
+        self.started = self.last_checkpoint = time.perf_counter()
+
+    def minutes(self) -> float:
+        return (time.perf_counter() - self.started) / 60
+
+    def checkpointed(self) -> None:
+        self.last_checkpoint = time.perf_counter()
+
+    def decide(self, step: int) -> tuple[bool, bool]:
+        """(stop now, checkpoint now) after `step` steps."""
+        config = self.config
+        stop = config.max_steps is not None and step >= config.max_steps
+        due = bool(config.checkpoint_every) and step > 0
+        due = due and step % config.checkpoint_every == 0
+        if self.world_size == 1 or step % config.log_every == 0:
+            over = config.max_minutes is not None
+            over = over and self.minutes() >= config.max_minutes
+            late = time.perf_counter() - self.last_checkpoint
+            late = late >= 60 * config.checkpoint_minutes
+            if self.world_size > 1:
+                flags = torch.tensor([float(over), float(late)], device=self.device)
+                dist.broadcast(flags, 0)
+                over, late = bool(flags[0]), bool(flags[1])
+            stop, due = stop or over, due or late
+        return stop, due
+
+
+class LossWindow:
+    """The summed loss and target tokens of the steps since the last read (on the
+    device)."""
+
+    def __init__(self, device: torch.device):
+        self.sums = torch.zeros(2, dtype=torch.float64, device=device)
+        self.started = time.perf_counter()
+
+    def add(self, loss_sum: Tensor, n_tokens: int) -> None:
+        self.sums[0] += loss_sum
+        self.sums[1] += n_tokens
+
+    def read(self, world_size: int) -> dict[str, float]:
+        """Loss per target token and tokens/s (over every process), then start again."""
+        if world_size > 1:
+            dist.all_reduce(self.sums)
+        loss, tokens = self.sums.tolist()
+        seconds = time.perf_counter() - self.started
+        self.sums.zero_()
+        self.started = time.perf_counter()
+        return {"loss": loss / tokens, "tokens_per_s": tokens / seconds}
+
+
+def append_metrics(out: Path, record: dict) -> None:
+    """Append one JSON line to out/metrics.jsonl."""
+    out.mkdir(parents=True, exist_ok=True)
+    with open(out / "metrics.jsonl", "a") as file:
+        file.write(json.dumps(record) + "\n")
+
+
+def forget_metrics_after(out: Path, step: int) -> None:
+    """Drop the lines of metrics.jsonl after `step`, and a half-written last line: a
+    resumed run repeats those steps and writes them again."""
+    metrics = out / "metrics.jsonl"
+    if not metrics.exists():
+        return
+    lines = metrics.read_text(encoding="utf-8").splitlines(keepends=True)
+    kept = [x for x in lines if x.endswith("\n") and json.loads(x)["step"] <= step]
+    if kept != lines:
+        metrics.with_name("metrics.jsonl.tmp").write_text("".join(kept))
+        metrics.with_name("metrics.jsonl.tmp").replace(metrics)
+
+
+@contextlib.contextmanager
+def progress_bar(
+    total: int | None, initial: int, enabled: bool
+) -> Iterator[Callable[[dict | None], None]]:
+    """Yields show(metrics): a tqdm bar on a terminal, a plain line a log in a file."""
+    plain = enabled and not sys.stderr.isatty()
+    bar = tqdm(total=total, initial=initial, unit="step", disable=not enabled or plain)
+
+    def show(metrics: dict | None) -> None:
+        if metrics is None:
+            bar.update(1)
+        elif plain:
+            print(f"step {metrics['step']}: loss {metrics['loss']:.3f}, "
+                  f"lr {metrics['lr']:.2e}, {metrics['tokens_per_s']:,.0f} tokens/s, "
+                  f"{metrics['minutes']:.1f} min", flush=True)
+        else:
+            bar.set_postfix(loss=f"{metrics['loss']:.3f}", lr=f"{metrics['lr']:.2e}",
+                            tok_s=f"{metrics['tokens_per_s']:,.0f}")
+
+    try:
+        yield show
+    finally:
+        bar.close()
+
+
+@contextlib.contextmanager
+def deferred_signals(enabled: bool = True) -> Iterator[list[int]]:
+    """Within the block, SIGINT and SIGTERM append their number to the yielded list
+    instead of interrupting; a second one raises KeyboardInterrupt. Off when not
+    enabled, or off the main thread (where Python cannot set handlers)."""
+    received: list[int] = []
+    if not enabled or threading.current_thread() is not threading.main_thread():
+        yield received
+        return
+
+    def handler(signum: int, frame: object) -> None:
+        if received:
+            raise KeyboardInterrupt
+        received.append(signum)
+
+    previous = {s: signal.signal(s, handler) for s in (signal.SIGINT, signal.SIGTERM)}
+    try:
+        yield received
+    finally:
+        for number, old in previous.items():
+            signal.signal(number, old)
+
+
+def training_state(trainer: Trainer) -> dict:
+    """What a resumed run needs (gathered from every process: call it on all)."""
+    rng = all_gather(torch.get_rng_state().to(trainer.device), trainer.world_size)
+    cuda_rng = []
+    if trainer.device.type == "cuda":
+        cuda_rng = torch.cuda.get_rng_state(trainer.device).to(trainer.device)
+        cuda_rng = all_gather(cuda_rng, trainer.world_size)
+    return {
+        "model_config": trainer.model.config.to_dict(),
+        "training_config": asdict(trainer.config),
+        "tokenizer": trainer.data.tokenizer.to_str(),
+        "model": trainer.model.state_dict(),
+        "optimizer": trainer.optimizer.state_dict(),
+        "schedule": trainer.schedule.state_dict(),
+        "scaler": trainer.scaler.state_dict(),
+        "step": trainer.step,
+        "epoch": trainer.epoch,
+        "batch_index": trainer.batch_index,
+        "rng": [r.cpu() for r in rng],
+        "cuda_rng": [r.cpu() for r in cuda_rng],
+    }
+
+
+def restore_training_state(trainer: Trainer, state: dict) -> None:
+    """Put a checkpoint's state back into a trainer built from its configurations."""
+    if len(state["rng"]) != trainer.world_size:
+        raise ValueError(
+            f"the checkpoint was written by {len(state['rng'])} process(es); resume it "
+            f"with as many, not {trainer.world_size} (the data shards and random "
+            "streams depend on it)"
+        )
+    trainer.model.load_state_dict(state["model"])
+    trainer.optimizer.load_state_dict(state["optimizer"])
+    trainer.schedule.load_state_dict(state["schedule"])
+    trainer.scaler.load_state_dict(state["scaler"])
+    trainer.step, trainer.epoch = state["step"], state["epoch"]
+    trainer.batch_index = state["batch_index"]
+    torch.set_rng_state(state["rng"][trainer.rank])
+    if trainer.device.type == "cuda":
+        torch.cuda.set_rng_state(state["cuda_rng"][trainer.rank], trainer.device)
+
+
 @torch.no_grad()
 def validation_loss(
-    model: Transformer,
-    split: TokenizedSplit,
-    max_tokens: int,
+    model: Transformer, split: TokenizedSplit, max_tokens: int,
     dtype: torch.dtype | None = None,
 ) -> dict[str, float]:
     """Loss per target token of a split (no label smoothing), and its perplexity."""
@@ -324,19 +541,15 @@ def validation_loss(
 
 
 class Trainer:
-    """Trains `model` on `data` (see prepare_data) as `config` says; outputs go to `out`.
+    """Trains `model` on `data` (see prepare_data) as `config` says, writing to `out`.
 
     optimizer and schedule default to make_optimizer's Adam and the paper's schedule.
-    overwrite: delete another run's files in `out` before training (see check_output_folder).
+    overwrite: delete another run's files in `out` first (see check_output_folder).
     """
 
     def __init__(
-        self,
-        model: Transformer,
-        data: PreparedData,
-        config: TrainingConfig,
-        out: str | Path,
-        optimizer: torch.optim.Optimizer | None = None,
+        self, model: Transformer, data: PreparedData, config: TrainingConfig,
+        out: str | Path, optimizer: torch.optim.Optimizer | None = None,
         schedule: torch.optim.lr_scheduler.LRScheduler | None = None,
         overwrite: bool = False,
     ):
@@ -353,94 +566,57 @@ class Trainer:
         self.model = model.to(self.device)
         if self.device.type == "cpu":
             keep_freed_memory()
-        torch.manual_seed(
-            config.seed + self.rank
-        )  # different dropout masks on every rank
+        torch.manual_seed(config.seed + self.rank)  # other dropout masks on each rank
         if optimizer is None:
             optimizer, schedule = make_optimizer(
                 model, model.config.d_model, config.warmup_steps, config.lr_scale
             )
         self.optimizer, self.schedule = optimizer, schedule
         self.dtype = autocast_dtype(config.precision, self.device)
-        self.scaler = torch.amp.GradScaler(
-            self.device.type, enabled=self.dtype == torch.float16
-        )
-        self.compile = (
-            config.compile if config.compile is not None else self.device.type == "cuda"
-        )
+        fp16 = self.dtype == torch.float16
+        self.scaler = torch.amp.GradScaler(self.device.type, enabled=fp16)
+        self.compile = config.compile
+        if self.compile is None:
+            self.compile = self.device.type == "cuda"
         self.pad_multiple = config.pad_multiple or (8 if self.compile else 1)
-        self.sampler = self._sampler()
+        self.sampler = rank_sampler(data.train.lengths(), config, self.rank,
+                                    self.world_size, self.pad_multiple)
         self.step, self.epoch, self.batch_index = 0, 0, 0
         self.network: nn.Module = self.model
         if self.world_size > 1:
-            self.network = nn.parallel.DistributedDataParallel(
-                self.model,
-                device_ids=[self.device] if self.device.type == "cuda" else None,
-            )
+            ids = [self.device] if self.device.type == "cuda" else None
+            ddp = nn.parallel.DistributedDataParallel
+            self.network = ddp(self.model, device_ids=ids)
         self.forward_loss = torch.compile(self._loss) if self.compile else self._loss
         self._stream: Iterator[tuple[Batch, int, int]] | None = None
 
-    def _sampler(self) -> TokenBatchSampler:
-        """This rank's batches: max_tokens per update, split over ranks and accumulation."""
-        config, parts = self.config, self.world_size * self.config.accumulate
-        try:
-            return TokenBatchSampler(
-                self.data.train.lengths(),
-                config.max_tokens // parts,
-                seed=config.seed,
-                rank=self.rank,
-                world_size=self.world_size,
-                pad_multiple=self.pad_multiple,
-            )
-        except ValueError as error:
-            raise ValueError(
-                f"max_tokens={config.max_tokens} per update, over {self.world_size} process(es) "
-                f"x {config.accumulate} accumulated batch(es), leaves "
-                f"{config.max_tokens // parts} per batch: {error}"
-            ) from error
-
     @classmethod
     def from_config(
-        cls,
-        model_config: TransformerConfig,
-        config: TrainingConfig,
-        out: str | Path,
-        state: dict | None = None,
-        overwrite: bool = False,
+        cls, model_config: TransformerConfig, config: TrainingConfig, out: str | Path,
+        state: dict | None = None, overwrite: bool = False,
         resumed_from: Path | None = None,
     ) -> Trainer:
         """Check the output folder, prepare the data, build the model (vocabulary from the
-        tokenizer), and a Trainer. resumed_from: the folder of the checkpoint `state`.
-        """
+        tokenizer), and a Trainer. resumed_from: the folder of the checkpoint `state`."""
         own = resumed_from is not None and resumed_from.resolve() == Path(out).resolve()
         if init_distributed(pick_device(config.device))[0] == 0:  # rank 0 writes
             check_output_folder(Path(out), own, overwrite)
         tokenizer = Tokenizer.from_str(state["tokenizer"]) if state is not None else None
-        data = prepare_data(
-            config.data,
-            config.src_lang,
-            config.tgt_lang,
-            config.vocab_size,
-            tokenizer,
-            config.cache_dir,
-        )
+        data = prepare_data(config.data, config.src_lang, config.tgt_lang,
+                            config.vocab_size, tokenizer, config.cache_dir)
         vocab = data.tokenizer.get_vocab_size()
-        model_config = replace(
-            model_config, src_vocab_size=vocab, tgt_vocab_size=vocab, pad_id=PAD
-        )
+        model_config = replace(model_config, src_vocab_size=vocab, tgt_vocab_size=vocab,
+                               pad_id=PAD)
         torch.manual_seed(config.seed)  # the same initial model on every rank
         trainer = cls(Transformer(model_config), data, config, out, overwrite=overwrite)
         trainer.owns_out = own
         if state is not None:
-            trainer._load_state(state)
+            restore_training_state(trainer, state)
         return trainer
 
     @classmethod
     def resume(
-        cls,
-        path: str | Path,
-        out: str | Path | None = None,
-        overwrite: bool = False,
+        cls, path: str | Path, out: str | Path | None = None, overwrite: bool = False,
         **overrides,
     ) -> Trainer:
         """Continue the run of a checkpoint (or of the newest checkpoint in a folder), in
@@ -455,114 +631,33 @@ class Trainer:
         if "optimizer" not in state:
             raise ValueError(
                 f"{path} holds model weights only (an average of checkpoints?); it can "
-                "translate and be evaluated, but a run resumes from a checkpoint of training"
+                "translate and be evaluated, but a run resumes from a checkpoint of "
+                "training"
             )
         config = replace(TrainingConfig(**state["training_config"]), **overrides)
         model_config = TransformerConfig(**state["model_config"])
-        return cls.from_config(
-            model_config, config, out or path.parent, state, overwrite, path.parent
-        )
-
-    def _all_ranks(self, value: Tensor) -> list[Tensor]:
-        if self.world_size == 1:
-            return [value]
-        gathered = [torch.empty_like(value) for _ in range(self.world_size)]
-        dist.all_gather(gathered, value)
-        return gathered
-
-    def state(self) -> dict:
-        """Everything a resumed run needs (gathered from every rank: call it on all of them)."""
-        rng = self._all_ranks(torch.get_rng_state().to(self.device))
-        cuda_rng = (
-            self._all_ranks(torch.cuda.get_rng_state(self.device).to(self.device))
-            if self.device.type == "cuda"
-            else []
-        )
-        return {
-            "model_config": self.model.config.to_dict(),
-            "training_config": asdict(self.config),
-            "tokenizer": self.data.tokenizer.to_str(),
-            "model": self.model.state_dict(),
-            "optimizer": self.optimizer.state_dict(),
-            "schedule": self.schedule.state_dict(),
-            "scaler": self.scaler.state_dict(),
-            "step": self.step,
-            "epoch": self.epoch,
-            "batch_index": self.batch_index,
-            "rng": [r.cpu() for r in rng],
-            "cuda_rng": [r.cpu() for r in cuda_rng],
-        }
-
-    def save(self) -> Path:
-        """Write checkpoint-STEP.pt in the output folder and delete all but the newest keep_checkpoints."""
-        state = self.state()
-        path = self.out / f"checkpoint-{self.step:08d}.pt"
-        if self.rank == 0:
-            save_checkpoint(state, path)
-            for old in sorted(self.out.glob("checkpoint-*.pt"))[
-                : -self.config.keep_checkpoints
-            ]:
-                old.unlink()
-        return path
-
-    def _load_state(self, state: dict) -> None:
-        if len(state["rng"]) != self.world_size:
-            raise ValueError(
-                f"the checkpoint was written by {len(state['rng'])} process(es); resume it "
-                f"with as many, not {self.world_size} (the data shards and random streams depend on it)"
-            )
-        self.model.load_state_dict(state["model"])
-        self.optimizer.load_state_dict(state["optimizer"])
-        self.schedule.load_state_dict(state["schedule"])
-        self.scaler.load_state_dict(state["scaler"])
-        self.step, self.epoch, self.batch_index = (
-            state["step"],
-            state["epoch"],
-            state["batch_index"],
-        )
-        torch.set_rng_state(state["rng"][self.rank])
-        if self.device.type == "cuda":
-            torch.cuda.set_rng_state(state["cuda_rng"][self.rank], self.device)
-
-    def _autocast(self) -> contextlib.AbstractContextManager:
-        if self.dtype is None:
-            return contextlib.nullcontext()
-        return torch.autocast(self.device.type, dtype=self.dtype)
-
-    def _attention_kernel(self) -> contextlib.AbstractContextManager:
-        """On a CPU, PyTorch's fused attention kernel is slower in the backward pass than the
-        written-out softmax(QK^T / sqrt(d_k)) V for sentence-length inputs (see 'Where a step's
-        time goes'), so training there uses the written-out one."""
-        if self.device.type != "cpu":
-            return contextlib.nullcontext()
-        return sdpa_kernel(SDPBackend.MATH)
+        return cls.from_config(model_config, config, out or path.parent, state, overwrite,
+                               path.parent)
 
     def _loss(self, src: Tensor, tgt_in: Tensor, tgt_out: Tensor) -> Tensor:
         """The summed label-smoothed loss of one batch (what torch.compile compiles)."""
-        with self._autocast(), self._attention_kernel():
+        with autocast(self.device, self.dtype), attention_kernel(self.device):
             logits = self.network(src, tgt_in, check_ids=False)
         return label_smoothed_loss(logits, tgt_out, self.config.label_smoothing)
 
     def _next_batch(self) -> Batch:
         if self._stream is None:
-            self._stream = iter(
-                BatchStream(
-                    self.data.train,
-                    self.sampler,
-                    self.epoch,
-                    self.batch_index,
-                    self.pad_multiple,
-                    self.config.prefetch,
-                    self.device.type == "cuda",
-                )
-            )
+            self._stream = iter(BatchStream(
+                self.data.train, self.sampler, self.epoch, self.batch_index,
+                self.pad_multiple, self.config.prefetch, self.device.type == "cuda",
+            ))
         batch, self.epoch, self.batch_index = next(self._stream)
         return batch.to(self.device)
 
     def train_step(self) -> tuple[Tensor, int]:
-        """One update. Returns this process's summed label-smoothed loss, a tensor left on
-        the device (reading it would make the host wait), and its number of target tokens.
-        """
+        """One update. Returns this process's summed label-smoothed loss, a tensor left
+        on the device (reading it would make the host wait), and its number of target
+        tokens."""
         self.network.train()
         batches = [self._next_batch() for _ in range(self.config.accumulate)]
         n_tokens = sum(batch.n_tokens for batch in batches)
@@ -572,11 +667,10 @@ class Trainer:
             dist.all_reduce(total)
         loss_sum = torch.zeros((), device=self.device)
         for i, batch in enumerate(batches):
-            last = i == len(batches) - 1
-            no_sync = self.world_size > 1 and not last
+            no_sync = self.world_size > 1 and i < len(batches) - 1
             with self.network.no_sync() if no_sync else contextlib.nullcontext():
                 loss = self.forward_loss(batch.src, batch.tgt_in, batch.tgt_out)
-                # DDP averages gradients over ranks; times world_size they sum over all tokens
+                # DDP averages gradients over ranks; times world_size: a sum over tokens
                 self.scaler.scale(loss * (self.world_size / total)).backward()
             loss_sum += loss.detach()
         self.scaler.step(self.optimizer)
@@ -586,186 +680,100 @@ class Trainer:
         self.step += 1
         return loss_sum, n_tokens
 
+    def save(self) -> Path:
+        """Write checkpoint-STEP.pt in the output folder; keep the newest
+        keep_checkpoints."""
+        state = training_state(self)
+        path = self.out / f"checkpoint-{self.step:08d}.pt"
+        if self.rank == 0:
+            save_checkpoint(state, path)
+            found = sorted(self.out.glob("checkpoint-*.pt"))
+            for old in found[: -self.config.keep_checkpoints]:
+                old.unlink()
+        return path
+
     def validate(self) -> dict[str, float]:
         """Validation loss per target token (no label smoothing) and perplexity."""
         if self.data.valid is None:
             return {}
-        return validation_loss(
-            self.model, self.data.valid, self.sampler.max_tokens, self.dtype
-        )
+        budget = self.sampler.max_tokens
+        return validation_loss(self.model, self.data.valid, budget, self.dtype)
 
-    def exact_match(
-        self, pairs: list[tuple[str, str]] | None = None, beam_size: int = 1
-    ) -> float:
-        """Fraction of pairs (default: the test split) translated exactly as the reference."""
+    def exact_match(self, pairs: list[tuple[str, str]] | None = None,
+                    beam_size: int = 1) -> float:
+        """Fraction of pairs (default: the test split) translated exactly as their
+        reference."""
         pairs = self.data.test if pairs is None else pairs
-        sources = [src for src, _ in pairs]
-        hypotheses = translate(
-            self.model, self.data.tokenizer, sources, beam_size=beam_size
-        )
+        hypotheses = translate(self.model, self.data.tokenizer, [s for s, _ in pairs],
+                               beam_size=beam_size)
         return sum(h == ref for h, (_, ref) in zip(hypotheses, pairs)) / len(pairs)
-
-    def fit(self, progress: bool = True) -> dict[str, float]:
-        """Train until max_steps or max_minutes; returns the last metrics. Ctrl-C stops after
-        the current step with a checkpoint. The loop is train_loop, below; rank 0 holds the
-        folder's lock, and forgets the metrics of steps a resumed run repeats."""
-        if self.rank != 0:
-            return train_loop(self, progress)
-        check_output_folder(self.out, self.owns_out, self.overwrite)
-        self.out.mkdir(parents=True, exist_ok=True)
-        with folder_lock(self.out):
-            check_output_folder(self.out, self.owns_out, self.overwrite, remove=True)
-            self.owns_out = True
-            metrics = self.out / "metrics.jsonl"
-            if metrics.exists():  # complete lines of the steps up to this one
-                lines = metrics.read_text(encoding="utf-8").splitlines(keepends=True)
-                kept = [
-                    x
-                    for x in lines
-                    if x.endswith("\n") and json.loads(x)["step"] <= self.step
-                ]
-                if kept != lines:
-                    metrics.with_name("metrics.jsonl.tmp").write_text("".join(kept))
-                    metrics.with_name("metrics.jsonl.tmp").replace(metrics)
-            return train_loop(self, progress)
 
     def _log(self, record: dict) -> None:
         if self.rank == 0:
-            self.out.mkdir(parents=True, exist_ok=True)
-            with open(self.out / "metrics.jsonl", "a") as file:
-                file.write(json.dumps(record) + "\n")
+            append_metrics(self.out, record)
 
-    def _decide(self, started: float, last_checkpoint: float) -> tuple[bool, bool]:
-        """(stop now, checkpoint now). Several processes compare rank 0's clock at logging
-        intervals only, since agreeing on it is a collective operation."""
-        config, now = self.config, time.perf_counter()
-        stop = config.max_steps is not None and self.step >= config.max_steps
-        due = bool(config.checkpoint_every) and self.step > 0
-        due = due and self.step % config.checkpoint_every == 0
-        if self.world_size == 1 or self.step % config.log_every == 0:
-            minutes = (now - started) / 60
-            over = config.max_minutes is not None and minutes >= config.max_minutes
-            late = now - last_checkpoint >= 60 * config.checkpoint_minutes
-            if self.world_size > 1:
-                flags = torch.tensor([float(over), float(late)], device=self.device)
-                dist.broadcast(flags, 0)
-                over, late = bool(flags[0]), bool(flags[1])
-            stop, due = stop or over, due or late
-        return stop, due
+    def fit(self, progress: bool = True) -> dict[str, float]:
+        """Train until max_steps, max_minutes or a signal; returns the last metrics. After
+        SIGINT or SIGTERM it stops after the current step with a checkpoint, and the result
+        has "interrupted": the signal's number."""
+        config = self.config
+        clock, window = Clock(config, self.world_size, self.device), LossWindow(self.device)
+        metrics: dict[str, float] = {}
+        show = progress and self.rank == 0
+        with holding_folder(self):
+            with progress_bar(config.max_steps, self.step, show) as shown, \
+                    deferred_signals(self.world_size == 1) as received:
+                while not received:
+                    stop, checkpoint_due = clock.decide(self.step)
+                    if stop:
+                        break
+                    if checkpoint_due:
+                        self.save()
+                        clock.checkpointed()
+                    window.add(*self.train_step())
+                    shown(None)
+                    if self.step % config.log_every == 0 or self.step == config.max_steps:
+                        metrics = {"step": self.step, **window.read(self.world_size),
+                                   "lr": self.schedule.get_last_lr()[0],
+                                   "minutes": clock.minutes()}
+                        self._log(metrics)
+                        shown(metrics)
+                    if self.step % config.eval_every == 0:
+                        evaluation = {"step": self.step, **self.validate()}
+                        self._log(evaluation)
+                        metrics = {**metrics, **evaluation}
+            if received:
+                saved = self.out / f"checkpoint-{self.step:08d}.pt"
+                saved = saved if saved.exists() else self.save()
+                print(f"interrupted at step {self.step}; saved {saved}; "
+                      f"continue with --resume {self.out}")
+                return {**metrics, "step": self.step, "interrupted": received[0]}
+            self.save()
+            final = {"step": self.step, "minutes": clock.minutes(), **self.validate()}
+            self._log(final)
+        return {**metrics, **final}
 
 
 @contextlib.contextmanager
-def deferred_signals(enabled: bool = True) -> Iterator[list[int]]:
-    """Within the block, SIGINT and SIGTERM append their number to the yielded list instead
-    of interrupting; a second one raises KeyboardInterrupt. Off when not enabled, or off the
-    main thread (where Python cannot set handlers)."""
-    received: list[int] = []
-    if not enabled or threading.current_thread() is not threading.main_thread():
-        yield received
-        return
-
-    def handler(signum: int, frame: object) -> None:
-        if received:
-            raise KeyboardInterrupt
-        received.append(signum)
-
-    previous = {s: signal.signal(s, handler) for s in (signal.SIGINT, signal.SIGTERM)}
+def holding_folder(trainer: Trainer) -> Iterator[None]:
+    """Rank 0 holds out/.lock while the run trains; the batch stream ends with the
+    run."""
     try:
-        yield received
+        if trainer.rank != 0:
+            yield
+            return
+        out, own, overwrite = trainer.out, trainer.owns_out, trainer.overwrite
+        check_output_folder(out, own, overwrite)
+        out.mkdir(parents=True, exist_ok=True)
+        with folder_lock(out):
+            check_output_folder(out, own, overwrite, remove=True)
+            trainer.owns_out = True
+            forget_metrics_after(out, trainer.step)
+            yield
     finally:
-        for number, old in previous.items():
-            signal.signal(number, old)
-
-
-def train_loop(trainer: Trainer, progress: bool = True) -> dict[str, float]:
-    """Train until max_steps, max_minutes or a signal; returns the last metrics (Trainer.fit
-    calls it). After SIGINT or SIGTERM the result has "interrupted": the signal's number.
-    """
-    started = time.perf_counter()
-    show = progress and trainer.rank == 0
-    plain = show and not sys.stderr.isatty()  # a log file: lines, not a redrawn bar
-    bar = tqdm(
-        total=trainer.config.max_steps,
-        initial=trainer.step,
-        unit="step",
-        disable=not show or plain,
-    )
-    try:
-        with deferred_signals(trainer.world_size == 1) as received:
-            metrics = _run_steps(trainer, bar, started, received, plain)
-    finally:
-        bar.close()
         if trainer._stream is not None:
             trainer._stream.close()
             trainer._stream = None
-    if received:
-        saved = trainer.out / f"checkpoint-{trainer.step:08d}.pt"
-        if not saved.exists():
-            saved = trainer.save()
-        print(
-            f"interrupted at step {trainer.step}; saved {saved}; "
-            f"continue with --resume {trainer.out}"
-        )
-        return {**metrics, "step": trainer.step, "interrupted": received[0]}
-    trainer.save()
-    final = {
-        "step": trainer.step,
-        "minutes": (time.perf_counter() - started) / 60,
-        **trainer.validate(),
-    }
-    trainer._log(final)
-    return {**metrics, **final}
-
-
-def _run_steps(
-    trainer: Trainer, bar: tqdm, started: float, received: list[int], plain: bool
-) -> dict[str, float]:
-    """Decide, checkpoint if due, step; at intervals read the loss back, log, validate."""
-    last_checkpoint = window_start = time.perf_counter()
-    window = torch.zeros(2, dtype=torch.float64, device=trainer.device)  # loss, tokens
-    metrics: dict[str, float] = {}
-    while not received:
-        stop, checkpoint_due = trainer._decide(started, last_checkpoint)
-        if checkpoint_due and not stop:
-            trainer.save()
-            last_checkpoint = time.perf_counter()
-        if stop:
-            break
-        loss_sum, n_tokens = trainer.train_step()
-        window[0] += loss_sum
-        window[1] += n_tokens
-        bar.update(1)
-        step, config = trainer.step, trainer.config
-        if step % config.log_every == 0 or step == config.max_steps:
-            if trainer.world_size > 1:
-                dist.all_reduce(window)
-            loss, tokens = window.tolist()  # the only read-back of the loss
-            metrics = {
-                "step": step,
-                "loss": loss / tokens,
-                "lr": trainer.schedule.get_last_lr()[0],
-                "tokens_per_s": tokens / (time.perf_counter() - window_start),
-                "minutes": (time.perf_counter() - started) / 60,
-            }
-            bar.set_postfix(
-                loss=f"{metrics['loss']:.3f}",
-                lr=f"{metrics['lr']:.2e}",
-                tok_s=f"{metrics['tokens_per_s']:,.0f}",
-            )
-            trainer._log(metrics)
-            if plain:
-                print(
-                    f"step {step}: loss {metrics['loss']:.3f}, lr {metrics['lr']:.2e}, "
-                    f"{metrics['tokens_per_s']:,.0f} tokens/s, {metrics['minutes']:.1f} min",
-                    flush=True,
-                )
-            window.zero_()
-            window_start = time.perf_counter()
-        if step % config.eval_every == 0:
-            evaluation = {"step": step, **trainer.validate()}
-            trainer._log(evaluation)
-            metrics = {**metrics, **evaluation}
-    return metrics
 
 
 def train_once(
@@ -776,12 +784,13 @@ def train_once(
 ) -> tuple[Trainer, dict[str, float]]:
     """Train a run, or reload it if this code trained the same configurations before.
 
-    The run lives in cache_dir (default: default_cache_dir()) / "runs" / a fingerprint of both
-    configurations and the package's source. Returns the trainer at the end of the run and
-    what its fit returned.
+    The run lives in cache_dir (default: default_cache_dir()) / "runs" / a fingerprint
+    of both configurations and the package's source. Returns the trainer at the end of
+    the run and what its fit returned.
     """
     source = "".join(
-        p.read_text() for p in sorted(Path(transformer.__file__).parent.glob("*.py"))
+        p.read_text()
+        for p in sorted(Path(inspect.getfile(Transformer)).parent.glob("*.py"))
     )
     settings = json.dumps([model_config.to_dict(), asdict(config)], sort_keys=True)
     key = hashlib.sha256(f"{settings}\0{source}".encode()).hexdigest()[:16]
@@ -798,7 +807,8 @@ def train_once(
 
 
 def small_number_run() -> tuple[TransformerConfig, TrainingConfig]:
-    """The book's small model of the number corpus and its run (the Training chapter)."""
+    """The book's small model of the number corpus and its run (the Trainer
+    chapter)."""
     model_config = TransformerConfig(
         d_model=128, n_heads=4, d_ff=512, n_layers=3, dropout=0.1
     )
@@ -818,4 +828,4 @@ def small_number_run() -> tuple[TransformerConfig, TrainingConfig]:
     return model_config, training_config
 
 
-__all__ = ['save_checkpoint', 'load_checkpoint', 'load_model', 'check_output_folder', 'folder_lock', 'pick_device', 'cpu_bf16_speedup', 'check_precision', 'autocast_dtype', 'keep_freed_memory', 'TrainingConfig', 'init_distributed', 'validation_loss', 'Trainer', 'deferred_signals', 'train_loop', 'train_once', 'small_number_run']
+__all__ = ['save_checkpoint', 'load_checkpoint', 'load_model', 'check_output_folder', 'folder_lock', 'pick_device', 'cpu_bf16_speedup', 'check_precision', 'autocast_dtype', 'autocast', 'attention_kernel', 'keep_freed_memory', 'TrainingConfig', 'rank_sampler', 'init_distributed', 'all_gather', 'Clock', 'LossWindow', 'append_metrics', 'forget_metrics_after', 'progress_bar', 'deferred_signals', 'training_state', 'restore_training_state', 'validation_loss', 'Trainer', 'holding_folder', 'train_once', 'small_number_run']

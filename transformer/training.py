@@ -13,7 +13,8 @@ from transformer.data import PAD
 def learning_rate(
     step: int, d_model: int, warmup_steps: int = 4000, scale: float = 1.0
 ) -> float:
-    """scale * d_model^-0.5 * min(step^-0.5, step * warmup^-1.5), the rate of training step `step` >= 1."""
+    """The rate of training step `step` >= 1:
+    scale * d_model^-0.5 * min(step^-0.5, step * warmup^-1.5)."""
     if step < 1:
         raise ValueError(f"steps are counted from 1; got step={step}")
     return scale * d_model**-0.5 * min(step**-0.5, step * warmup_steps**-1.5)
@@ -22,7 +23,8 @@ def learning_rate(
 def make_optimizer(
     model: nn.Module, d_model: int, warmup_steps: int = 4000, scale: float = 1.0
 ) -> tuple[torch.optim.Adam, torch.optim.lr_scheduler.LambdaLR]:
-    """Adam(0.9, 0.98, 1e-9) and the schedule above; call scheduler.step() after each update."""
+    """Adam(0.9, 0.98, 1e-9) and the schedule above; call schedule.step() after each
+    update."""
     on_cuda = next(
         model.parameters()
     ).is_cuda  # then one fused kernel for all parameters
@@ -38,7 +40,8 @@ def make_optimizer(
 def label_smoothed_loss(
     logits: Tensor, target: Tensor, epsilon: float, pad_id: int = PAD
 ) -> Tensor:
-    """Summed cross-entropy against (1 - eps) one-hot + eps / K; logits (batch, m, K), target (batch, m)."""
+    """Summed cross-entropy against (1 - eps) one-hot + eps / K; logits (batch, m, K),
+    target (batch, m)."""
     return F.cross_entropy(
         logits.flatten(0, 1).float(),
         target.flatten(),

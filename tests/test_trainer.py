@@ -1,0 +1,354 @@
+"""Tests of transformer/trainer.py (book/trainer.md): the Trainer and its collaborators."""
+
+import json
+import math
+import os
+import pathlib
+import platform
+import resource
+import signal
+import socket
+import subprocess
+import sys
+import time
+
+import pytest
+import torch
+import torch.multiprocessing as mp
+
+from transformer import (
+    Trainer,
+    TrainingConfig,
+    TransformerConfig,
+    load_checkpoint,
+    load_corpus,
+    load_model,
+    save_checkpoint,
+    train_once,
+)
+from transformer.trainer import (
+    Clock,
+    LossWindow,
+    forget_metrics_after,
+    keep_freed_memory,
+    rank_sampler,
+)
+
+TINY = TransformerConfig(d_model=32, n_heads=4, d_ff=64, n_layers=2, dropout=0.1)
+
+
+def _config(corpus, **overrides):
+    settings = dict(data=str(corpus), vocab_size=60, max_tokens=60, max_steps=6, warmup_steps=10, lr_scale=1.0,
+                    precision="fp32", device="cpu", log_every=2, eval_every=3, checkpoint_minutes=1e9)
+    return TrainingConfig(**{**settings, **overrides})
+
+
+def test_a_tiny_model_overfits_a_handful_of_pairs(tiny_corpus, tmp_path):
+    torch.manual_seed(0)
+    trainer = Trainer.from_config(TransformerConfig(d_model=64, n_heads=4, d_ff=128, n_layers=2, dropout=0.0),
+                      _config(tiny_corpus, max_steps=150, warmup_steps=40, lr_scale=0.3, max_tokens=400, eval_every=1000,
+                              label_smoothing=0.0),
+                      tmp_path / "run")
+    result = trainer.fit(progress=False)
+    assert result["loss"] < 0.05
+    seen = load_corpus(str(tiny_corpus)).splits["train"][:16]
+    assert trainer.exact_match(seen) == 1.0
+    assert trainer.exact_match(seen, beam_size=4) == 1.0, "beam search keeps what greedy finds on a sure model"
+
+
+def test_resume_gives_the_same_parameters_as_an_uninterrupted_run(tiny_corpus, tmp_path):
+    whole = Trainer.from_config(TINY, _config(tiny_corpus, max_tokens=200), tmp_path / "whole")
+    whole.fit(progress=False)
+    first = Trainer.from_config(TINY, _config(tiny_corpus, max_tokens=200, max_steps=4), tmp_path / "split")
+    first.fit(progress=False)
+    resumed = Trainer.resume(tmp_path / "split", max_steps=6)
+    assert resumed.step == 4 and (resumed.epoch, resumed.batch_index) == (first.epoch, first.batch_index)
+    resumed.fit(progress=False)
+    assert len(whole.sampler) < 6 and whole.epoch == resumed.epoch >= 1, "the run crossed an epoch boundary"
+    for (name, a), b in zip(whole.model.state_dict().items(), resumed.model.state_dict().values()):
+        assert torch.equal(a, b), name
+
+
+def test_train_once_trains_a_configuration_once_and_again_when_it_changes(tiny_corpus, tmp_path, monkeypatch):
+    config = _config(tiny_corpus, max_tokens=200)
+    first, result = train_once(TINY, config, tmp_path)
+    direct = Trainer.from_config(TINY, config, tmp_path / "direct")  # the oracle: a plain run
+    assert direct.fit(progress=False)["val_loss"] == result["val_loss"]
+    calls = []
+
+    def counted_fit(self, progress=True):  # what fit leaves behind: the folder and a result
+        calls.append(self)
+        self.out.mkdir(parents=True, exist_ok=True)
+        return {"step": self.step}
+
+    monkeypatch.setattr(Trainer, "fit", counted_fit)
+    again, cached = train_once(TINY, config, tmp_path)
+    assert not calls and cached == result and again.out == first.out and again.step == 6
+    for a, b in zip(direct.model.state_dict().values(), again.model.state_dict().values()):
+        assert torch.equal(a, b)
+    other, _ = train_once(TINY, _config(tiny_corpus, max_tokens=200, max_steps=5), tmp_path)
+    assert len(calls) == 1 and other.out != first.out, "another setting is another run"
+    (first.out / "result.json").unlink()  # as if the run had been cut short
+    train_once(TINY, config, tmp_path)
+    assert len(calls) == 2, "a run without its result is trained again"
+
+
+def test_prefetching_does_not_change_the_run(tiny_corpus, tmp_path):
+    config = TransformerConfig(d_model=32, n_heads=4, d_ff=64, n_layers=2, dropout=0.0)
+    runs = []
+    for prefetch in (0, 3):
+        trainer = Trainer.from_config(config, _config(tiny_corpus, prefetch=prefetch, max_tokens=200),
+                                      tmp_path / f"prefetch-{prefetch}")
+        trainer.fit(progress=False)
+        runs.append(trainer.model.state_dict())
+    for name, weights in runs[0].items():
+        assert torch.equal(weights, runs[1][name]), f"prefetching changed {name}"
+
+
+def test_max_tokens_is_the_update_shared_by_accumulated_batches(tiny_corpus, tmp_path):
+    one = Trainer.from_config(TINY, _config(tiny_corpus, max_tokens=240), tmp_path / "one")
+    four = Trainer.from_config(TINY, _config(tiny_corpus, max_tokens=240, accumulate=4), tmp_path / "four")
+    assert one.sampler.max_tokens == 240 and four.sampler.max_tokens == 60
+    with pytest.raises(ValueError, match=r"max_tokens=8 per update, over 1 process\(es\) x 4 accumulated batch"):
+        Trainer.from_config(TINY, _config(tiny_corpus, max_tokens=8, accumulate=4), tmp_path / "too-small")
+
+
+def test_checkpoints_are_atomic_kept_and_loadable(tiny_corpus, tmp_path):
+    trainer = Trainer.from_config(TINY, _config(tiny_corpus, max_steps=6, checkpoint_every=1, keep_checkpoints=2), tmp_path / "run")
+    trainer.fit(progress=False)
+    names = sorted(p.name for p in (tmp_path / "run").iterdir() if p.name != ".lock")
+    assert names == ["checkpoint-00000005.pt", "checkpoint-00000006.pt", "metrics.jsonl"]
+    model, tokenizer = load_model(tmp_path / "run" / "checkpoint-00000006.pt")
+    for a, b in zip(model.state_dict().values(), trainer.model.state_dict().values()):
+        assert torch.equal(a, b)
+    assert tokenizer.to_str() == trainer.data.tokenizer.to_str()
+    with pytest.raises(Exception):
+        save_checkpoint({"bad": lambda: None}, tmp_path / "x.pt")  # lambdas cannot be pickled
+    assert not list(tmp_path.glob("x.pt*")), "nothing half-written is left"
+
+
+def test_truncated_and_foreign_checkpoints_raise_clear_errors(tmp_path):
+    good = save_checkpoint({"step": 1, "weights": torch.ones(1000)}, tmp_path / "good.pt")
+    assert load_checkpoint(good)["step"] == 1
+    truncated = tmp_path / "truncated.pt"
+    truncated.write_bytes(good.read_bytes()[:2000])
+    with pytest.raises(ValueError, match="not a readable checkpoint"):
+        load_checkpoint(truncated)
+    foreign = tmp_path / "foreign.pt"
+    torch.save({"state_dict": {}}, foreign)
+    with pytest.raises(ValueError, match="not a transformer checkpoint"):
+        load_checkpoint(foreign)
+    pickled = tmp_path / "pickled.pt"
+    torch.save({"format": "transformer-checkpoint-v1", "evil": pathlib.PurePosixPath("/etc")}, pickled)
+    with pytest.raises(ValueError, match="not a readable checkpoint"):
+        load_checkpoint(pickled)  # weights_only refuses arbitrary objects
+    with pytest.raises(FileNotFoundError, match="does not exist"):
+        load_checkpoint(tmp_path / "missing.pt")
+
+
+def test_ctrl_c_mid_step_finishes_the_step_and_resumes_exactly(tiny_corpus, tmp_path):
+    whole = Trainer.from_config(TINY, _config(tiny_corpus, max_tokens=200), tmp_path / "whole")
+    whole.fit(progress=False)
+    trainer = Trainer.from_config(TINY, _config(tiny_corpus, max_tokens=200), tmp_path / "run")
+    original, calls = trainer.forward_loss, []
+
+    def ctrl_c_in_step_4(*batch):
+        calls.append(1)
+        if len(calls) == 4:  # after the step took its batch, before the update
+            os.kill(os.getpid(), signal.SIGINT)
+        return original(*batch)
+
+    trainer.forward_loss = ctrl_c_in_step_4
+    handler = signal.getsignal(signal.SIGINT)  # Python's, or SIG_IGN in a background job
+    result = trainer.fit(progress=False)
+    assert result["interrupted"] == signal.SIGINT and result["step"] == 4
+    assert signal.getsignal(signal.SIGINT) is handler, "the handler is restored"
+    resumed = Trainer.resume(tmp_path / "run")
+    assert resumed.step == 4
+    resumed.fit(progress=False)
+    for (name, a), b in zip(whole.model.state_dict().items(), resumed.model.state_dict().values()):
+        assert torch.equal(a, b), name
+    steps = [json.loads(line)["step"] for line in (tmp_path / "run" / "metrics.jsonl").read_text().splitlines()]
+    assert steps == sorted(steps), "one record per step, in order"
+
+
+@pytest.mark.slow
+def test_killed_at_any_moment_a_resumed_run_ends_as_the_uninterrupted_one(tiny_corpus, tmp_path):
+    """Crash safety as databases test it: real processes stopped by SIGINT, SIGTERM or SIGKILL
+    at several moments (checkpoints are written every step, so some kills land in a write),
+    resumed until done, compared with a run that was never stopped."""
+    def train(out, *more):
+        return [sys.executable, "-m", "transformer", "train", "--data", str(tiny_corpus), "--vocab-size", "60",
+                "--max-tokens", "200", "--max-steps", "12", "--checkpoint-every", "1", "--keep-checkpoints", "3",
+                "--precision", "fp32", "--eval-every", "5", "--out", str(out), *more]
+    env = {**os.environ, "OMP_NUM_THREADS": "1"}
+    subprocess.run(train(tmp_path / "whole"), check=True, capture_output=True, env=env)
+    expected = load_checkpoint(tmp_path / "whole" / "checkpoint-00000012.pt")["model"]
+    for number, (how, after) in enumerate([(signal.SIGINT, 3), (signal.SIGTERM, 6), (signal.SIGKILL, 2),
+                                           (signal.SIGKILL, 7), (signal.SIGKILL, 10)]):
+        out = tmp_path / f"run-{number}"
+        process = subprocess.Popen(train(out), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=env)
+        while not list(out.glob("checkpoint-*.pt")) or max(out.glob("checkpoint-*.pt")).name < f"checkpoint-{after:08d}.pt":
+            assert process.poll() is None, "the run ended before it could be stopped"
+            time.sleep(0.01)
+        process.send_signal(how)
+        assert process.wait() == (-9 if how == signal.SIGKILL else 128 + how)
+        while not (out / "checkpoint-00000012.pt").exists():
+            subprocess.run(train(out, "--resume", str(out)), check=True, capture_output=True, env=env)
+        for name, weights in load_checkpoint(out / "checkpoint-00000012.pt")["model"].items():
+            assert torch.equal(weights, expected[name]), f"{how.name} after step {after}: {name} differs"
+        steps = [json.loads(line)["step"] for line in (out / "metrics.jsonl").read_text().splitlines()]
+        assert steps == sorted(steps) and not list(out.glob("*.tmp")), how.name
+
+
+def test_bad_training_configs_raise():
+    with pytest.raises(ValueError, match="set max_steps or max_minutes"):
+        TrainingConfig()
+    with pytest.raises(ValueError, match="precision must be"):
+        TrainingConfig(max_steps=1, precision="fp8")
+    with pytest.raises(ValueError, match=r"label_smoothing must be in \[0, 1\)"):
+        TrainingConfig(max_steps=1, label_smoothing=1.0)
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _ddp_worker(rank, world_size, port, corpus, out):
+    os.environ.update(RANK=str(rank), WORLD_SIZE=str(world_size), MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
+    torch.set_num_threads(1)
+    config = TransformerConfig(d_model=32, n_heads=4, d_ff=64, n_layers=2, dropout=0.0)
+    trainer = Trainer.from_config(config, _config(corpus, max_steps=3), out)
+    trainer.fit(progress=False)
+    torch.save(trainer.model.state_dict(), f"{out}/rank{rank}.pt")
+    torch.distributed.destroy_process_group()
+
+
+def test_ddp_on_two_cpu_processes_matches_one_process_with_accumulation(tiny_corpus, tmp_path):
+    out = tmp_path / "ddp"
+    mp.spawn(_ddp_worker, args=(2, _free_port(), str(tiny_corpus), str(out)), nprocs=2, join=True)
+    rank0, rank1 = torch.load(out / "rank0.pt"), torch.load(out / "rank1.pt")
+    config = TransformerConfig(d_model=32, n_heads=4, d_ff=64, n_layers=2, dropout=0.0)
+    single = Trainer.from_config(config, _config(tiny_corpus, max_steps=3, accumulate=2), tmp_path / "single")
+    single.fit(progress=False)
+    for name, expected in single.model.state_dict().items():
+        assert torch.equal(rank0[name], rank1[name]), f"replicas differ in {name}"
+        if name.endswith("w_qkv.bias"):
+            # The bias of the keys (rows 32:64) has an exact gradient of zero (softmax ignores a
+            # constant added to every score of a query); Adam divides the rounding noise by its
+            # own size and takes full steps on it.
+            keep = torch.cat([torch.arange(32), torch.arange(64, 96)])
+            rank0, expected = {**rank0, name: rank0[name][keep]}, expected[keep]
+        torch.testing.assert_close(rank0[name], expected, atol=1e-6, rtol=1e-5, msg=name)
+    assert not torch.equal(rank0["encoder.layers.0.feed_forward.w_1.weight"], Trainer.from_config(config, _config(tiny_corpus), tmp_path / "fresh").model.state_dict()["encoder.layers.0.feed_forward.w_1.weight"]), "training moved the weights"
+
+
+@pytest.mark.gpu
+def test_bf16_training_on_cuda_reduces_the_loss(tiny_corpus, tmp_path):
+    trainer = Trainer.from_config(TINY, _config(tiny_corpus, max_steps=60, precision="bf16", device="cuda", eval_every=20), tmp_path / "gpu")
+    first = trainer.validate()["val_loss"]
+    assert trainer.fit(progress=False)["val_loss"] < first
+
+
+@pytest.mark.slow
+def test_compiled_training_runs_and_checkpoints_the_plain_model(tiny_corpus, tmp_path):
+    trainer = Trainer.from_config(TINY, _config(tiny_corpus, max_steps=2, max_tokens=200, compile=True), tmp_path / "compiled")
+    result = trainer.fit(progress=False)
+    assert result["step"] == 2 and math.isfinite(result["val_loss"])
+    names = load_checkpoint(tmp_path / "compiled" / "checkpoint-00000002.pt")["model"].keys()
+    assert not any(name.startswith("_orig_mod") for name in names), "the checkpoint holds the uncompiled names"
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("precision, tolerance", [("fp32", 1e-4), ("bf16", 2e-2)])
+def test_compiled_step_on_cuda_matches_the_eager_step(tiny_corpus, tmp_path, precision, tolerance):
+    """Eight updates compiled and eager from the same weights on the same batches: each update's
+    loss agrees to `tolerance` (relative). fp32 differs only in the order of sums; bf16 also in
+    where the fused kernels round."""
+    config = TransformerConfig(d_model=32, n_heads=4, d_ff=64, n_layers=2, dropout=0.0)
+    losses = {}
+    for compiled in (False, True):
+        trainer = Trainer.from_config(
+            config, _config(tiny_corpus, precision=precision, device="cuda", compile=compiled, pad_multiple=8,
+                            max_tokens=200), tmp_path / f"compile-{compiled}")
+        losses[compiled] = [(lambda s, n: s.item() / n)(*trainer.train_step()) for _ in range(8)]
+    eager, compiled = torch.tensor(losses[False]), torch.tensor(losses[True])
+    assert eager[-1] < eager[0], "the steps train"
+    torch.testing.assert_close(compiled, eager, rtol=tolerance, atol=0)
+
+
+@pytest.mark.gpu
+def test_torchrun_with_one_cuda_process_trains_and_resumes(tiny_corpus, tmp_path):
+    torchrun = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", "1",
+                "-m", "transformer", "train"]
+    out = tmp_path / "run"
+    first = subprocess.run(torchrun + ["--data", str(tiny_corpus), "--vocab-size", "60", "--max-tokens", "200",
+                                       "--device", "cuda", "--max-steps", "4", "--log-every", "2", "--out", str(out)],
+                           capture_output=True, text=True, timeout=600)
+    assert first.returncode == 0, first.stderr[-3000:]
+    assert "on cuda (1 process(es), bfloat16)" in first.stdout, first.stdout
+    second = subprocess.run(torchrun + ["--resume", str(out), "--max-steps", "8", "--out", str(out)],
+                            capture_output=True, text=True, timeout=600)
+    assert second.returncode == 0, second.stderr[-3000:]
+    assert load_checkpoint(out / "checkpoint-00000008.pt")["step"] == 8
+    records = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
+    assert [r["step"] for r in records if "loss" in r][-1] == 8
+
+
+@pytest.mark.skipif(platform.libc_ver()[0] != "glibc", reason="mallopt is glibc's")
+def test_keep_freed_memory_lets_repeated_steps_reuse_freed_pages():
+    """A block of 48 MB allocated, filled and freed again and again, as a training step does with
+    its logits: glibc's default maps it afresh every time (12,288 pages of 4 KiB faulted in);
+    after keep_freed_memory the heap settles and the repeats fault in (almost) nothing."""
+    assert keep_freed_memory()
+
+    def fill_and_free() -> int:
+        before = resource.getrusage(resource.RUSAGE_SELF).ru_minflt
+        torch.ones(12 * 2**20)  # 48 MB of float32, freed at once
+        return resource.getrusage(resource.RUSAGE_SELF).ru_minflt - before
+
+    faults = [fill_and_free() for _ in range(20)]
+    assert max(faults[-5:]) < 1000, faults
+
+
+def test_the_clock_stops_at_max_steps_and_checkpoints_every_n_steps():
+    config = TrainingConfig(max_steps=10, checkpoint_every=4, checkpoint_minutes=1e9)
+    clock = Clock(config, world_size=1, device=torch.device("cpu"))
+    decisions = [clock.decide(step) for step in range(11)]
+    assert [step for step, (_, due) in enumerate(decisions) if due] == [4, 8]
+    assert [step for step, (stop, _) in enumerate(decisions) if stop] == [10]
+    timed = Clock(TrainingConfig(max_minutes=1e-9, checkpoint_minutes=1e-9), 1, torch.device("cpu"))
+    time.sleep(0.01)
+    assert timed.decide(1) == (True, True), "past max_minutes and past checkpoint_minutes"
+
+
+def test_the_loss_window_sums_loss_and_tokens_between_reads():
+    window = LossWindow(torch.device("cpu"))
+    for loss, tokens in ((6.0, 3), (2.0, 1)):
+        window.add(torch.tensor(loss), tokens)
+    first = window.read(world_size=1)
+    assert first["loss"] == 8.0 / 4 and first["tokens_per_s"] > 0
+    window.add(torch.tensor(1.0), 2)
+    assert window.read(world_size=1)["loss"] == 0.5, "a read starts a new window"
+
+
+def test_forgetting_metrics_keeps_complete_lines_up_to_the_step(tmp_path):
+    lines = [json.dumps({"step": s, "loss": 1.0 / s}) + "\n" for s in (2, 4, 6)]
+    (tmp_path / "metrics.jsonl").write_text("".join(lines) + '{"step": 8, "lo')
+    forget_metrics_after(tmp_path, 4)
+    assert (tmp_path / "metrics.jsonl").read_text() == "".join(lines[:2])
+    forget_metrics_after(tmp_path / "absent", 4)  # no metrics yet: nothing to do
+
+
+def test_a_share_too_small_for_the_longest_pair_names_the_arithmetic():
+    config = TrainingConfig(max_steps=1, max_tokens=40, accumulate=2)
+    lengths = torch.tensor([[5, 6], [15, 12]]).numpy()
+    assert rank_sampler(lengths, replace_tokens(config, 80), 0, 1, 1).max_tokens == 40
+    with pytest.raises(ValueError, match=r"max_tokens=40 per update, over 2 process\(es\) x 2"):
+        rank_sampler(lengths, config, rank=0, world_size=2, pad_multiple=1)
+
+
+def replace_tokens(config, max_tokens):
+    return TrainingConfig(**{**config.__dict__, "max_tokens": max_tokens})
