@@ -11,6 +11,7 @@ import socket
 import subprocess
 import sys
 import time
+from dataclasses import replace
 
 import pytest
 import torch
@@ -18,6 +19,7 @@ import torch.multiprocessing as mp
 
 from transformer import (
     Trainer,
+    Transformer,
     TrainingConfig,
     TransformerConfig,
     load_checkpoint,
@@ -29,9 +31,12 @@ from transformer import (
 from transformer.trainer import (
     Clock,
     LossWindow,
+    check_vocabulary,
     forget_metrics_after,
     keep_freed_memory,
+    newest_checkpoints,
     rank_sampler,
+    training_checkpoint,
 )
 
 TINY = TransformerConfig(d_model=32, n_heads=4, d_ff=64, n_layers=2, dropout=0.1)
@@ -352,3 +357,33 @@ def test_a_share_too_small_for_the_longest_pair_names_the_arithmetic():
 
 def replace_tokens(config, max_tokens):
     return TrainingConfig(**{**config.__dict__, "max_tokens": max_tokens})
+
+
+def test_newest_checkpoints_sort_by_step_and_a_folder_resumes_from_its_newest(tmp_path):
+    for step in (900, 10, 1200):  # written out of order; 8-digit steps sort by name
+        (tmp_path / f"checkpoint-{step:08d}.pt").write_bytes(b"")
+    (tmp_path / "checkpoint_average.pt").write_bytes(b"")  # not a checkpoint of training
+    steps = [int(p.stem.split("-")[1]) for p in newest_checkpoints(tmp_path)]
+    assert steps == [10, 900, 1200]
+    assert [p.name for p in newest_checkpoints(tmp_path, 2)] == [
+        "checkpoint-00000900.pt", "checkpoint-00001200.pt"]
+    assert len(newest_checkpoints(tmp_path, 5)) == 3, "asking for more gives all, not a wrap"
+    assert newest_checkpoints(tmp_path, 0) == []
+    with pytest.raises(ValueError, match="checkpoint-00001200.pt is not a readable"):
+        training_checkpoint(tmp_path)  # the newest, which is empty here
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    with pytest.raises(FileNotFoundError, match=f"no checkpoint-\\*.pt in {empty}"):
+        training_checkpoint(empty)
+
+
+def test_a_model_smaller_than_the_tokenizer_is_refused():
+    from tokenizers import Tokenizer, models
+
+    tokenizer = Tokenizer(models.WordLevel({f"w{i}": i for i in range(50)}, unk_token="w0"))
+    def model(src, tgt):
+        return Transformer(replace(TINY, src_vocab_size=src, tgt_vocab_size=tgt, share_embeddings=False))
+
+    check_vocabulary(model(50, 60), tokenizer)
+    with pytest.raises(ValueError, match=r"vocabularies \(50, 40\) must hold the tokenizer's 50 ids"):
+        check_vocabulary(model(50, 40), tokenizer)

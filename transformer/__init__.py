@@ -1,19 +1,100 @@
 """The Transformer of "Attention Is All You Need" (Vaswani et al., 2017).
 
-Each module is generated from one chapter of the book (see the first line of each file). The
-package exposes what a user calls; everything else is imported from its module
-(`from transformer.trainer import folder_lock`).
+Each module is generated from one chapter of the book (see the first line of each
+file). The package exposes what a user calls; everything else is imported from its
+module (`from transformer.trainer import folder_lock`).
 """
 
 from .utils import __version__
-from .attention import MultiHeadAttention, scaled_dot_product_attention
-from .attention_maps import attention_weights, plot_attention
-from .cli import main
-from .data import load_corpus, prepare_data, PreparedData, number_corpus, read_parallel_files, train_tokenizer
-from .decoding import translate, greedy_decode, beam_search
-from .evaluation import average_checkpoints, last_checkpoints, final_model, evaluate, Scores, corpus_bleu, corpus_chrf, tokenized_bleu, exact_match
-from .model import Transformer, TransformerConfig
-from .trainer import Trainer, TrainingConfig, train_once, small_number_run, save_checkpoint, load_checkpoint, load_model
-from .training import learning_rate, make_optimizer, label_smoothed_loss
+from .attention import (
+    MultiHeadAttention,
+    scaled_dot_product_attention,
+)
+from .attention_maps import (
+    attention_weights,
+    plot_attention,
+)
+from .cli import (
+    main,
+)
+from .data import (
+    load_corpus,
+    prepare_data,
+    PreparedData,
+    number_corpus,
+    read_parallel_files,
+    train_tokenizer,
+)
+from .decoding import (
+    translate,
+    greedy_decode,
+    beam_search,
+)
+from .evaluation import (
+    average_checkpoints,
+    last_checkpoints,
+    final_model,
+    evaluate,
+    Scores,
+    corpus_bleu,
+    corpus_chrf,
+    tokenized_bleu,
+    exact_match,
+)
+from .model import (
+    Transformer,
+    TransformerConfig,
+)
+from .trainer import (
+    Trainer,
+    TrainingConfig,
+    train_once,
+    small_number_run,
+    save_checkpoint,
+    load_checkpoint,
+    load_model,
+)
+from .training import (
+    learning_rate,
+    make_optimizer,
+    label_smoothed_loss,
+)
 
-__all__ = ['__version__', 'Transformer', 'TransformerConfig', 'MultiHeadAttention', 'scaled_dot_product_attention', 'learning_rate', 'make_optimizer', 'label_smoothed_loss', 'Trainer', 'TrainingConfig', 'train_once', 'small_number_run', 'save_checkpoint', 'load_checkpoint', 'load_model', 'average_checkpoints', 'last_checkpoints', 'final_model', 'load_corpus', 'prepare_data', 'PreparedData', 'number_corpus', 'read_parallel_files', 'train_tokenizer', 'translate', 'greedy_decode', 'beam_search', 'evaluate', 'Scores', 'corpus_bleu', 'corpus_chrf', 'tokenized_bleu', 'exact_match', 'attention_weights', 'plot_attention', 'main']
+__all__ = [
+    '__version__',
+    'Transformer',
+    'TransformerConfig',
+    'MultiHeadAttention',
+    'scaled_dot_product_attention',
+    'learning_rate',
+    'make_optimizer',
+    'label_smoothed_loss',
+    'Trainer',
+    'TrainingConfig',
+    'train_once',
+    'small_number_run',
+    'save_checkpoint',
+    'load_checkpoint',
+    'load_model',
+    'average_checkpoints',
+    'last_checkpoints',
+    'final_model',
+    'load_corpus',
+    'prepare_data',
+    'PreparedData',
+    'number_corpus',
+    'read_parallel_files',
+    'train_tokenizer',
+    'translate',
+    'greedy_decode',
+    'beam_search',
+    'evaluate',
+    'Scores',
+    'corpus_bleu',
+    'corpus_chrf',
+    'tokenized_bleu',
+    'exact_match',
+    'attention_weights',
+    'plot_attention',
+    'main',
+]

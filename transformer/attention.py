@@ -1,9 +1,10 @@
-# Generated from book/attention.md by tools/export.py: edit the chapter, not this file.
+# Generated from book/attention.md by tools/export.py: edit the chapter.
 """Scaled dot-product attention, masks and multi-head attention (§3.2 of the paper).
 
 Mask convention, for the whole package: a boolean mask is True where a query MAY attend
 to a key, as in torch.nn.functional.scaled_dot_product_attention (and the opposite of
-the key_padding_mask of torch.nn.MultiheadAttention, which is True where a key is ignored).
+the key_padding_mask of torch.nn.MultiheadAttention, which is True where a key is
+ignored).
 """
 
 from __future__ import annotations
@@ -50,10 +51,11 @@ def padding_mask(tokens: Tensor, pad_id: int) -> Tensor:
 def causal_mask(
     n_queries: int, n_keys: int | None = None, device: torch.device | None = None
 ) -> Tensor:
-    """True where query i may attend to key j, i.e. j <= i: a (n_queries, n_keys) lower triangle.
+    """True where query i may attend to key j, i.e. j <= i: a (n_queries, n_keys) lower
+    triangle.
 
-    With n_keys > n_queries the queries are the newest n_queries positions of a sequence of
-    n_keys (incremental decoding): query i sits at position i + n_keys - n_queries.
+    With n_keys > n_queries the queries are the newest n_queries positions of a sequence
+    of n_keys (incremental decoding): query i sits at position i + n_keys - n_queries.
     """
     n_keys = n_queries if n_keys is None else n_keys
     return torch.ones(n_queries, n_keys, dtype=torch.bool, device=device).tril(
@@ -62,8 +64,9 @@ def causal_mask(
 
 
 def local_mask(n: int, r: int, device: torch.device | None = None) -> Tensor:
-    """True where |i - j| <= r: restricted self-attention (§4) over the neighbourhood of
-    2r + 1 positions centred on each query (r is the half-width; the paper's size is 2r + 1).
+    """True where |i - j| <= r: restricted self-attention (§4) over the neighbourhood
+    of 2r + 1 positions centred on each query (r is the half-width; the paper's size is
+    2r + 1).
     """
     if r < 0:
         raise ValueError(f"the neighbourhood r must be >= 0; got {r}")
@@ -75,8 +78,9 @@ def local_mask(n: int, r: int, device: torch.device | None = None) -> Tensor:
 class KeyValueCache:
     """Projected keys and values of one attention layer, kept between decoding steps.
 
-    Self-attention appends the new positions at every step (static=False); encoder-decoder
-    attention projects the encoder output on the first step and reuses it (static=True).
+    Self-attention appends the new positions at every step (static=False);
+    encoder-decoder attention projects the encoder output on the first step and reuses
+    it (static=True).
     """
 
     static: bool = False
@@ -87,7 +91,8 @@ class KeyValueCache:
         return 0 if self.key is None else self.key.size(2)
 
     def reorder(self, index: Tensor) -> None:
-        """Keep the batch rows `index` (beam search: the hypotheses that survive a step)."""
+        """Keep the batch rows `index` (beam search: the hypotheses that survive a
+        step)."""
         if self.key is not None:
             self.key, self.value = self.key.index_select(
                 0, index
@@ -104,9 +109,9 @@ class MultiHeadAttention(nn.Module):
         dropout: dropout on the attention weights (0 in the paper).
         bias: whether the projections have biases.
 
-    Shapes: query (batch, n_q, d_model); key and value (batch, n_k, d_model); mask boolean,
-    broadcastable to (batch, h, n_q, n_k), True where a query may attend to a key.
-    Returns (output (batch, n_q, d_model), weights (batch, h, n_q, n_k) or None).
+    Shapes: query (batch, n_q, d_model); key and value (batch, n_k, d_model); mask
+    boolean, broadcastable to (batch, h, n_q, n_k), True where a query may attend to a
+    key. Returns (output (batch, n_q, d_model), weights (batch, h, n_q, n_k) or None).
     """
 
     def __init__(
@@ -121,18 +126,21 @@ class MultiHeadAttention(nn.Module):
         super().__init__()
         if d_model <= 0 or n_heads <= 0:
             raise ValueError(
-                f"d_model and n_heads must be positive; got d_model={d_model}, n_heads={n_heads}"
+                f"d_model and n_heads must be positive; got d_model={d_model}, "
+                f"n_heads={n_heads}"
             )
         if (d_k is None or d_v is None) and d_model % n_heads != 0:
             raise ValueError(
-                f"d_model must be divisible by n_heads to give d_k = d_v = d_model / n_heads; "
-                f"got d_model={d_model}, n_heads={n_heads} (or pass d_k and d_v explicitly)"
+                "d_model must be divisible by n_heads to give d_k = d_v = "
+                f"d_model / n_heads; got d_model={d_model}, n_heads={n_heads} "
+                "(or pass d_k and d_v explicitly)"
             )
         self.d_model, self.n_heads = d_model, n_heads
         self.d_k = d_model // n_heads if d_k is None else d_k
         self.d_v = d_model // n_heads if d_v is None else d_v
         self.dropout = dropout
-        # W^Q, W^K and W^V stacked: rows [0, h d_k), [h d_k, 2 h d_k), [2 h d_k, 2 h d_k + h d_v)
+        # W^Q, W^K and W^V stacked: rows [0, h d_k), [h d_k, 2 h d_k),
+        # [2 h d_k, 2 h d_k + h d_v)
         self.sizes = [n_heads * self.d_k, n_heads * self.d_k, n_heads * self.d_v]
         self.w_qkv = nn.Linear(d_model, sum(self.sizes), bias=bias)
         self.w_o = nn.Linear(n_heads * self.d_v, d_model, bias=bias)
@@ -148,7 +156,8 @@ class MultiHeadAttention(nn.Module):
                 nn.init.zeros_(linear.bias)
 
     def _project(self, x: Tensor, first: int, last: int) -> Tensor:
-        """x times the stacked blocks first..last of (W^Q, W^K, W^V), in one matrix product."""
+        """x times the stacked blocks first..last of (W^Q, W^K, W^V), in one matrix
+        product."""
         start, stop = sum(self.sizes[:first]), sum(self.sizes[: last + 1])
         bias = self.w_qkv.bias
         return F.linear(
@@ -162,8 +171,8 @@ class MultiHeadAttention(nn.Module):
     def _heads(
         self, query: Tensor, key: Tensor, value: Tensor, cache: KeyValueCache | None
     ) -> tuple[Tensor, Tensor, Tensor]:
-        """Q W^Q, K W^K, V W^V split into heads, (batch, h, n, d), keys and values from the
-        cache where it holds them."""
+        """Q W^Q, K W^K, V W^V split into heads, (batch, h, n, d), keys and values from
+        the cache where it holds them."""
         if cache is not None and cache.static and cache.key is not None:
             q, (k, v) = self._project(query, 0, 0), (cache.key, cache.value)
             return self._split_heads(q, self.d_k), k, v
@@ -173,7 +182,8 @@ class MultiHeadAttention(nn.Module):
             q = self._project(query, 0, 0)
             k, v = self._project(key, 1, 2).split(self.sizes[1:], -1)
         else:
-            q, k, v = (self._project(x, i, i) for i, x in enumerate((query, key, value)))
+            inputs = (query, key, value)
+            q, k, v = (self._project(x, i, i) for i, x in enumerate(inputs))
         k, v = self._split_heads(k, self.d_k), self._split_heads(v, self.d_v)
         if cache is not None:
             if cache.key is not None:  # append the new positions
@@ -188,19 +198,20 @@ class MultiHeadAttention(nn.Module):
                     f"{name} must have shape (batch, length, d_model={self.d_model}); "
                     f"got {tuple(x.shape)}"
                 )
-        if not (query.size(0) == key.size(0) == value.size(0)) or key.size(1) != value.size(
-            1
-        ):
+        same_batch = query.size(0) == key.size(0) == value.size(0)
+        if not same_batch or key.size(1) != value.size(1):
+            shapes = [tuple(x.shape) for x in (query, key, value)]
             raise ValueError(
-                f"query, key and value must share the batch size, and key and value the length; "
-                f"got {tuple(query.shape)}, {tuple(key.shape)}, {tuple(value.shape)}"
+                "query, key and value must share the batch size, and key and value "
+                f"the length; got {', '.join(map(str, shapes))}"
             )
 
     def _check_mask(self, mask: Tensor, n_q: int, n_k: int, batch: int) -> None:
         expected = (batch, self.n_heads, n_q, n_k)
         if mask.dtype != torch.bool:
             raise TypeError(
-                f"mask must be a boolean tensor (True = may attend); got dtype {mask.dtype}"
+                "mask must be a boolean tensor (True = may attend); "
+                f"got dtype {mask.dtype}"
             )
         if mask.dim() > 4 or any(
             m not in (1, e) for m, e in zip(reversed(mask.shape), reversed(expected))
@@ -231,8 +242,9 @@ class MultiHeadAttention(nn.Module):
         n_k = k.size(2)
         if mask is not None:
             self._check_mask(mask, n_q, n_k, batch)
-        # The fused kernel's is_causal aligns the triangle top-left, so it is exact only for
-        # n_q == n_k without another mask; otherwise the causal mask is built explicitly.
+        # The fused kernel's is_causal aligns the triangle top-left, so it is exact only
+        # for n_q == n_k without another mask; otherwise the causal mask is built
+        # explicitly.
         if is_causal and (mask is not None or n_q != n_k or need_weights):
             causal = causal_mask(n_q, n_k, device=query.device)
             mask, is_causal = (causal if mask is None else mask & causal), False
@@ -250,4 +262,11 @@ class MultiHeadAttention(nn.Module):
         return self.w_o(out), weights
 
 
-__all__ = ['scaled_dot_product_attention', 'padding_mask', 'causal_mask', 'local_mask', 'KeyValueCache', 'MultiHeadAttention']
+__all__ = [
+    'scaled_dot_product_attention',
+    'padding_mask',
+    'causal_mask',
+    'local_mask',
+    'KeyValueCache',
+    'MultiHeadAttention',
+]

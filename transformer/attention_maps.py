@@ -1,5 +1,6 @@
-# Generated from book/attention_maps.md by tools/export.py: edit the chapter, not this file.
-"""Attention weights of a trained model, and heat maps of them (the paper's Figures 3-5)."""
+# Generated from book/attention_maps.md by tools/export.py: edit the chapter.
+"""Attention weights of a trained model, and heat maps of them (the paper's Figures
+3-5)."""
 
 from __future__ import annotations
 
@@ -15,7 +16,8 @@ from transformer.model import Transformer
 def attention_weights(
     model: Transformer, src: Tensor, tgt: Tensor
 ) -> dict[str, Tensor]:
-    """Every attention layer's weights for src (batch, n) and decoder input tgt (batch, m).
+    """Every attention layer's weights for src (batch, n) and decoder input tgt (batch,
+    m).
 
     Keys "encoder.I.self" (batch, h, n, n), "decoder.I.self" (batch, h, m, m) and
     "decoder.I.cross" (batch, h, m, n) for each layer I; computed in eval mode.
@@ -58,9 +60,9 @@ def plot_attention(
     ax=None,
     title: str | None = None,
 ):
-    """Heat map of one head's weights (n_queries, n_keys): a row per query, labelled on the
-    left, a column per key, labelled below. Returns the matplotlib axes (its image, for a
-    colorbar, is ax.images[0])."""
+    """Heat map of one head's weights (n_queries, n_keys): a row per query, labelled on
+    the left, a column per key, labelled below. Returns the matplotlib axes (its image,
+    for a colorbar, is ax.images[0])."""
     import matplotlib.pyplot as plt  # optional: only this function needs it
 
     if weights.shape != (len(queries), len(keys)):
@@ -79,4 +81,7 @@ def plot_attention(
     return ax
 
 
-__all__ = ['attention_weights', 'plot_attention']
+__all__ = [
+    'attention_weights',
+    'plot_attention',
+]

@@ -1,4 +1,4 @@
-# Generated from book/cli.md by tools/export.py: edit the chapter, not this file.
+# Generated from book/cli.md by tools/export.py: edit the chapter.
 """The command line: python -m transformer train ... (see --help)."""
 
 from __future__ import annotations
@@ -554,4 +554,6 @@ def main(argv: list[str] | None = None) -> int:
         raise SystemExit(f"error: {error}") from error
 
 
-__all__ = ['main']
+__all__ = [
+    'main',
+]

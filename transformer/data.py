@@ -1,4 +1,4 @@
-# Generated from book/data.md by tools/export.py: edit the chapter, not this file.
+# Generated from book/data.md by tools/export.py: edit the chapter.
 """Parallel corpora, the shared BPE tokenizer and batches by token count (§5.1 of the paper)."""
 
 from __future__ import annotations
@@ -755,4 +755,26 @@ class BatchStream:
             thread.join()
 
 
-__all__ = ['ParallelCorpus', 'number_corpus', 'parallel_files', 'read_pair_chunks', 'read_parallel_files', 'hub_splits', 'hub_pair_chunks', 'load_hub_dataset', 'load_corpus', 'train_tokenizer', 'encode_pairs', 'TokenBatchSampler', 'Batch', 'collate', 'pair_lengths', 'TokenizedSplit', 'default_cache_dir', 'corpus_splits', 'PreparedData', 'prepare_data', 'BatchStream']
+__all__ = [
+    'ParallelCorpus',
+    'number_corpus',
+    'parallel_files',
+    'read_pair_chunks',
+    'read_parallel_files',
+    'hub_splits',
+    'hub_pair_chunks',
+    'load_hub_dataset',
+    'load_corpus',
+    'train_tokenizer',
+    'encode_pairs',
+    'TokenBatchSampler',
+    'Batch',
+    'collate',
+    'pair_lengths',
+    'TokenizedSplit',
+    'default_cache_dir',
+    'corpus_splits',
+    'PreparedData',
+    'prepare_data',
+    'BatchStream',
+]

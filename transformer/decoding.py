@@ -1,5 +1,6 @@
-# Generated from book/decoding.md by tools/export.py: edit the chapter, not this file.
-"""Greedy decoding and beam search with a key/value cache, and translation of sentences (§6)."""
+# Generated from book/decoding.md by tools/export.py: edit the chapter.
+"""Greedy decoding and beam search with a key/value cache, and translation of sentences
+(§6)."""
 
 from __future__ import annotations
 
@@ -21,7 +22,8 @@ def _output_limits(
     model: Transformer, src: Tensor, max_len: int | None, extra_len: int = 50
 ) -> Tensor:
     """Maximum output length of each sentence: max_len, or its input length + extra_len
-    (50 in §6.1, 300 for parsing in §6.3) but no more than the model's max_len positions.
+    (50 in §6.1, 300 for parsing in §6.3) but no more than the model's max_len
+    positions.
     """
     if max_len is not None:
         if max_len < 1:
@@ -34,7 +36,8 @@ def _output_limits(
 
 
 def _never_generated(logits: Tensor) -> Tensor:
-    """Log-probabilities with <pad> and <bos> excluded (they are inputs, never outputs)."""
+    """Log-probabilities with <pad> and <bos> excluded (they are inputs, never
+    outputs)."""
     logits = logits.float()
     logits[:, [PAD, BOS]] = float("-inf")
     return logits.log_softmax(-1)
@@ -78,9 +81,10 @@ def length_penalty(length: int | Tensor, alpha: float = 0.6) -> float | Tensor:
 
 @dataclass
 class Hypotheses:
-    """Beam search results, best first: tokens (batch, k, length) without <bos>, ended by
-    <eos> then <pad> (or cut at the maximum length); scores log P / lp and log_probs (batch, k).
-    A sentence with fewer than k finished hypotheses has <pad> rows scored -inf.
+    """Beam search results, best first: tokens (batch, k, length) without <bos>, ended
+    by <eos> then <pad> (or cut at the maximum length); scores log P / lp and log_probs
+    (batch, k). A sentence with fewer than k finished hypotheses has <pad> rows scored
+    -inf.
     """
 
     tokens: Tensor
@@ -89,7 +93,8 @@ class Hypotheses:
 
     @classmethod
     def none(cls, batch: int, k: int, longest: int, device: torch.device) -> Hypotheses:
-        """No hypothesis finished yet: k rows of <pad> for each sentence, scored -inf."""
+        """No hypothesis finished yet: k rows of <pad> for each sentence, scored
+        -inf."""
         empty = torch.full((batch, k), float("-inf"), device=device)
         tokens = torch.full((batch, k, longest), PAD, dtype=torch.long, device=device)
         return cls(tokens, empty, empty.clone())
@@ -98,9 +103,10 @@ class Hypotheses:
 def _extend(
     alive: Tensor, alive_logp: Tensor, logp: Tensor, longest: int
 ) -> tuple[Tensor, Tensor, Tensor, Tensor]:
-    """The 2k best one-token extensions of each sentence's k prefixes alive (batch * k, t):
-    their log P, the rows of `alive` they extend, their new token (each (batch, 2k)), and the
-    extended sequences without <bos>, padded to `longest` (batch, 2k, longest)."""
+    """The 2k best one-token extensions of each sentence's k prefixes alive (batch * k,
+    t): their log P, the rows of `alive` they extend, their new token (each (batch,
+    2k)), and the extended sequences without <bos>, padded to `longest` (batch, 2k,
+    longest)."""
     (batch, k), (vocab, t) = alive_logp.shape, (logp.size(-1), alive.size(1))
     candidates = (alive_logp.view(-1, 1) + logp).view(batch, k * vocab)
     top_logp, top = candidates.topk(min(2 * k, k * vocab), dim=1)
@@ -114,8 +120,8 @@ def _extend(
 def _add_finished(
     done: Hypotheses, sequences: Tensor, log_probs: Tensor, scores: Tensor
 ) -> None:
-    """Keep the k best of the finished hypotheses and the candidates that just ended (those
-    with a score; the others are -inf)."""
+    """Keep the k best of the finished hypotheses and the candidates that just ended
+    (those with a score; the others are -inf)."""
     k, longest = done.tokens.shape[1:]
     done.scores, best = torch.cat([done.scores, scores], 1).topk(k, dim=1)
     done.log_probs = torch.cat([done.log_probs, log_probs], 1).gather(1, best)
@@ -138,15 +144,16 @@ def beam_search(
     on_step: Callable[[int, Tensor, Tensor], None] | None = None,
     extra_len: int = 50,
 ) -> Hypotheses:
-    """Beam search with GNMT's length penalty over src (batch, n), all sentences at once.
+    """Beam search with GNMT's length penalty over src (batch, n), all sentences at
+    once.
 
     max_len defaults to each sentence's length + extra_len. on_step(t, prefixes
     (batch, k, t), log-probabilities (batch, k)) sees the beam after every step.
     """
     if beam_size < 1 or alpha < 0:
         raise ValueError(
-            "beam_size must be at least 1 and alpha >= 0 (early stopping relies on it); "
-            f"got beam_size={beam_size}, alpha={alpha}"
+            "beam_size must be at least 1 and alpha >= 0 (early stopping relies "
+            f"on it); got beam_size={beam_size}, alpha={alpha}"
         )
     batch, k, device = src.size(0), beam_size, src.device
     limits = _output_limits(model, src, max_len, extra_len)
@@ -199,8 +206,9 @@ def _encode_sources(
         ids = e.ids + [EOS]
         if len(ids) > max_len:
             warnings.warn(
-                f"sentence {line} has {len(ids)} tokens (with <eos>) but the model takes at "
-                f"most {max_len} (max_len); translating its first {max_len} tokens only",
+                f"sentence {line} has {len(ids)} tokens (with <eos>) but the model "
+                f"takes at most {max_len} (max_len); translating its first "
+                f"{max_len} tokens only",
                 stacklevel=3,
             )
             ids = ids[:max_len]
@@ -260,4 +268,10 @@ def translate(
     return outputs
 
 
-__all__ = ['greedy_decode', 'length_penalty', 'Hypotheses', 'beam_search', 'translate']
+__all__ = [
+    'greedy_decode',
+    'length_penalty',
+    'Hypotheses',
+    'beam_search',
+    'translate',
+]

@@ -1,5 +1,6 @@
-# Generated from book/embeddings.md by tools/export.py: edit the chapter, not this file.
-"""Token embeddings scaled by sqrt(d_model) and the pre-softmax projection (§3.4 of the paper)."""
+# Generated from book/embeddings.md by tools/export.py: edit the chapter.
+"""Token embeddings scaled by sqrt(d_model) and the pre-softmax projection (§3.4 of the
+paper)."""
 
 from __future__ import annotations
 
@@ -28,9 +29,9 @@ def check_token_ids(tokens: Tensor, vocab_size: int, name: str = "tokens") -> No
 class Embeddings(nn.Module):
     """Learned token embeddings multiplied by sqrt(d_model).
 
-    The table is initialized N(0, 1/d_model), so rows have norm ~1 when it doubles as the
-    pre-softmax projection and scaled embeddings have components of scale ~1.
-    Shape: ids (batch, n) -> (batch, n, d_model).
+    The table is initialized N(0, 1/d_model), so rows have norm ~1 when it doubles as
+    the pre-softmax projection and scaled embeddings have components of scale ~1. Shape:
+    ids (batch, n) -> (batch, n, d_model).
     """
 
     def __init__(self, vocab_size: int, d_model: int):
@@ -46,7 +47,8 @@ class Embeddings(nn.Module):
 
 
 class OutputProjection(nn.Module):
-    """The pre-softmax linear transformation: (batch, n, d_model) -> logits (batch, n, vocab_size).
+    """The pre-softmax linear transformation: (batch, n, d_model) -> logits (batch, n,
+    vocab_size).
 
     Pass `shared` (an Embeddings) to use its table as the weight, as the paper does.
     """
@@ -67,4 +69,8 @@ class OutputProjection(nn.Module):
         return self.linear(x)
 
 
-__all__ = ['check_token_ids', 'Embeddings', 'OutputProjection']
+__all__ = [
+    'check_token_ids',
+    'Embeddings',
+    'OutputProjection',
+]

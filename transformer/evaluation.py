@@ -1,4 +1,4 @@
-# Generated from book/results.md by tools/export.py: edit the chapter, not this file.
+# Generated from book/results.md by tools/export.py: edit the chapter.
 """BLEU with sacreBLEU, exact match, checkpoint averaging and evaluation of a model (§6)."""
 
 from __future__ import annotations
@@ -210,4 +210,15 @@ def evaluate(
     return scores, hypotheses
 
 
-__all__ = ['corpus_bleu', 'corpus_chrf', 'exact_match', 'tokenized_bleu', 'last_checkpoints', 'average_checkpoints', 'write_final_model', 'final_model', 'Scores', 'evaluate']
+__all__ = [
+    'corpus_bleu',
+    'corpus_chrf',
+    'exact_match',
+    'tokenized_bleu',
+    'last_checkpoints',
+    'average_checkpoints',
+    'write_final_model',
+    'final_model',
+    'Scores',
+    'evaluate',
+]

@@ -1,5 +1,6 @@
-# Generated from book/feed_forward.md by tools/export.py: edit the chapter, not this file.
-"""The position-wise feed-forward network (§3.3 of the paper), with GELU and gated variants."""
+# Generated from book/feed_forward.md by tools/export.py: edit the chapter.
+"""The position-wise feed-forward network (§3.3 of the paper), with GELU and gated
+variants."""
 
 from __future__ import annotations
 
@@ -8,13 +9,14 @@ from torch import Tensor, nn
 
 
 class PositionwiseFeedForward(nn.Module):
-    """FFN(x) = max(0, x W_1 + b_1) W_2 + b_2 on each position separately (the paper's equation 2).
+    """FFN(x) = max(0, x W_1 + b_1) W_2 + b_2 on each position separately (the paper's
+    equation 2).
 
     Args:
         d_model: input and output width.
         d_ff: inner width.
-        activation: "relu" (the paper), "gelu", or a gated variant: "reglu", "geglu", "swiglu",
-            computing (f(x W_1) * x V) W_2.
+        activation: "relu" (the paper), "gelu", or a gated variant: "reglu",
+            "geglu", "swiglu", computing (f(x W_1) * x V) W_2.
         dropout: dropout on the inner activations (0 in the paper).
 
     Shape: (..., d_model) -> (..., d_model).
@@ -34,7 +36,8 @@ class PositionwiseFeedForward(nn.Module):
         super().__init__()
         if activation not in self.ACTIVATIONS:
             raise ValueError(
-                f"activation must be one of {sorted(self.ACTIVATIONS)}; got {activation!r}"
+                f"activation must be one of {sorted(self.ACTIVATIONS)}; got "
+                f"{activation!r}"
             )
         if d_model <= 0 or d_ff <= 0:
             raise ValueError(
@@ -53,4 +56,6 @@ class PositionwiseFeedForward(nn.Module):
         return self.w_2(self.dropout(hidden))
 
 
-__all__ = ['PositionwiseFeedForward']
+__all__ = [
+    'PositionwiseFeedForward',
+]

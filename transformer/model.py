@@ -1,5 +1,6 @@
-# Generated from book/model.md by tools/export.py: edit the chapter, not this file.
-"""Encoder and decoder stacks, the full Transformer and its configuration (§3.1 of the paper)."""
+# Generated from book/model.md by tools/export.py: edit the chapter.
+"""Encoder and decoder stacks, the full Transformer and its configuration (§3.1 of the
+paper)."""
 
 from __future__ import annotations
 
@@ -45,7 +46,8 @@ def _arrow(ax, x0: float, y0: float, x1: float, y1: float) -> None:
 
 
 def _stack(ax, drawn: list, x: float, parts, y0: float, n_layers: int, left: bool):
-    """One layer of a stack, each sub-layer with its Add & Norm and residual; returns ys."""
+    """One layer of a stack, each sub-layer with its Add & Norm and residual; returns
+    ys."""
     from matplotlib.patches import FancyBboxPatch
 
     ys, y = [], y0
@@ -135,9 +137,10 @@ def draw_architecture(
 class TransformerConfig:
     """Hyperparameters of the Transformer; the defaults are the paper's base model.
 
-    d_k and d_v default to d_model // n_heads. dropout is P_drop (§5.4), applied to every
-    sub-layer output and to the sums of embeddings and positional encodings;
-    attention_dropout and activation_dropout (inside attention and the FFN) are 0 in the paper.
+    d_k and d_v default to d_model // n_heads. dropout is P_drop (§5.4), applied to
+    every sub-layer output and to the sums of embeddings and positional encodings;
+    attention_dropout and activation_dropout (inside attention and the FFN) are 0 in
+    the paper.
     norm_first=False is the paper's post-LN, LayerNorm(x + Sublayer(x)); True is pre-LN.
     share_embeddings ties the source and target embeddings (one shared vocabulary);
     tie_output ties the target embedding and the pre-softmax projection.
@@ -186,16 +189,18 @@ class TransformerConfig:
             value = getattr(self, name)
             if value is not None and (not isinstance(value, int) or value <= 0):
                 raise ValueError(
-                    f"{name} must be a positive integer or None (d_model // n_heads); got {value!r}"
+                    f"{name} must be a positive integer or None (d_model // n_heads); "
+                    f"got {value!r}"
                 )
         if (self.d_k is None or self.d_v is None) and self.d_model % self.n_heads != 0:
             raise ValueError(
-                f"d_model must be divisible by n_heads (d_k = d_v = d_model / n_heads); "
-                f"got d_model={self.d_model}, n_heads={self.n_heads}"
+                "d_model must be divisible by n_heads (d_k = d_v = d_model / n_heads);"
+                f" got d_model={self.d_model}, n_heads={self.n_heads}"
             )
 
     def _check_rates(self) -> None:
-        """Dropout rates in [0, 1), switches True or False, a positive LayerNorm epsilon."""
+        """Dropout rates in [0, 1), switches True or False, a positive LayerNorm
+        epsilon."""
         for name in ("dropout", "attention_dropout", "activation_dropout"):
             value = getattr(self, name)
             if not isinstance(value, (int, float)) or not 0.0 <= value < 1.0:
@@ -215,7 +220,8 @@ class TransformerConfig:
         """Named options, and what they need of the sizes."""
         if self.activation not in PositionwiseFeedForward.ACTIVATIONS:
             raise ValueError(
-                f"activation must be one of {sorted(PositionwiseFeedForward.ACTIVATIONS)}; "
+                "activation must be one of "
+                f"{sorted(PositionwiseFeedForward.ACTIVATIONS)}; "
                 f"got {self.activation!r}"
             )
         if self.positional not in ("sinusoidal", "learned"):
@@ -243,7 +249,8 @@ class TransformerConfig:
 
     @classmethod
     def base(cls, **overrides) -> TransformerConfig:
-        """The base model: N=6, d_model=512, d_ff=2048, h=8, P_drop=0.1 (63M parameters, V=37000)."""
+        """The base model: N=6, d_model=512, d_ff=2048, h=8, P_drop=0.1 (63M parameters,
+        V=37000)."""
         return cls(**overrides)
 
     @classmethod
@@ -261,7 +268,8 @@ class TransformerConfig:
 
     @classmethod
     def table3(cls, **overrides) -> dict[str, TransformerConfig]:
-        """The architectural rows of Table 3, each a variation of the base model, by label."""
+        """The architectural rows of Table 3, each a variation of the base model, by
+        label."""
         rows = {
             "(A) h=1": {"n_heads": 1},
             "(A) h=4": {"n_heads": 4},
@@ -288,7 +296,8 @@ class TransformerConfig:
 
 
 class Dropout(nn.Dropout):
-    """nn.Dropout; on a CPU its mask is uniform noise >= p, faster there than bernoulli_."""
+    """nn.Dropout; on a CPU its mask is uniform noise >= p, faster there than
+    bernoulli_."""
 
     def forward(self, x: Tensor) -> Tensor:
         if not self.training or not 0 < self.p < 1 or x.device.type != "cpu":
@@ -334,7 +343,8 @@ def _sublayer(config: TransformerConfig) -> SublayerConnection:
 class EncoderLayer(nn.Module):
     """Self-attention then the FFN, each inside a SublayerConnection.
 
-    Shapes: x (batch, n, d_model); mask broadcastable to (batch, h, n, n), True = may attend.
+    Shapes: x (batch, n, d_model); mask broadcastable to (batch, h, n, n), True = may
+    attend.
     """
 
     def __init__(self, config: TransformerConfig):
@@ -374,11 +384,12 @@ class Encoder(nn.Module):
 
 
 class DecoderLayer(nn.Module):
-    """Masked self-attention, encoder-decoder attention, then the FFN, each in a SublayerConnection.
+    """Masked self-attention, encoder-decoder attention, then the FFN, each in a
+    SublayerConnection.
 
-    Shapes: x (batch, m, d_model); memory (batch, n, d_model); memory_mask broadcastable to
-    (batch, h, m, n), True = may attend. cache: (self-attention cache, cross-attention cache),
-    with x holding only the new positions.
+    Shapes: x (batch, m, d_model); memory (batch, n, d_model); memory_mask broadcastable
+    to (batch, h, m, n), True = may attend. cache: (self-attention cache,
+    cross-attention cache), with x holding only the new positions.
     """
 
     def __init__(self, config: TransformerConfig):
@@ -442,8 +453,8 @@ class Decoder(nn.Module):
 class Transformer(nn.Module):
     """The encoder-decoder Transformer of "Attention Is All You Need".
 
-    Shapes: src (batch, n) and tgt (batch, m) token ids, right-padded with config.pad_id;
-    forward returns logits (batch, m, tgt_vocab_size).
+    Shapes: src (batch, n) and tgt (batch, m) token ids, right-padded with
+    config.pad_id; forward returns logits (batch, m, tgt_vocab_size).
     """
 
     def __init__(self, config: TransformerConfig):
@@ -497,9 +508,7 @@ class Transformer(nn.Module):
                 f"{name} must hold at least one token; got shape {tuple(tokens.shape)}"
             )
         if check_range:
-            vocab_size = (
-                self.config.src_vocab_size if name == "src" else self.config.tgt_vocab_size
-            )
+            vocab_size = getattr(self.config, f"{name}_vocab_size")  # name: src or tgt
             check_token_ids(tokens, vocab_size, name)
 
     def encode(self, src: Tensor, check_ids: bool = True) -> Tensor:
@@ -519,7 +528,8 @@ class Transformer(nn.Module):
         cache: list[tuple[KeyValueCache, KeyValueCache]] | None = None,
         check_ids: bool = True,
     ) -> Tensor:
-        """Target ids (batch, m), memory (batch, n, d_model) -> logits (batch, m, tgt_vocab).
+        """Target ids (batch, m), memory (batch, n, d_model) -> logits (batch, m,
+        tgt_vocab).
 
         memory_mask is padding_mask(src, pad_id), (batch, 1, 1, n). With a cache from
         new_cache(), tgt holds only the tokens after those already decoded.
@@ -540,18 +550,32 @@ class Transformer(nn.Module):
         return self.output(self.decoder(x, memory, memory_mask, cache))
 
     def forward(self, src: Tensor, tgt: Tensor, check_ids: bool = True) -> Tensor:
-        """Source ids (batch, n), shifted target ids (batch, m) -> logits (batch, m, tgt_vocab)."""
+        """Source ids (batch, n), shifted target ids (batch, m) -> logits (batch, m,
+        tgt_vocab)."""
         if src.dim() == 2 and tgt.dim() == 2 and src.size(0) != tgt.size(0):
             raise ValueError(
-                f"src and tgt must have the same batch size; got {src.size(0)} and {tgt.size(0)}"
+                f"src and tgt must have the same batch size; got {src.size(0)} and "
+                f"{tgt.size(0)}"
             )
         memory = self.encode(src, check_ids)
         mask = padding_mask(src, self.config.pad_id)
         return self.decode(tgt, memory, mask, check_ids=check_ids)
 
     def new_cache(self) -> list[tuple[KeyValueCache, KeyValueCache]]:
-        """Empty key/value caches for incremental decoding: (self, cross) for each decoder layer."""
-        return [(KeyValueCache(), KeyValueCache(static=True)) for _ in self.decoder.layers]
+        """Empty key/value caches for incremental decoding: (self, cross) for each
+        decoder layer."""
+        layers = self.decoder.layers
+        return [(KeyValueCache(), KeyValueCache(static=True)) for _ in layers]
 
 
-__all__ = ['draw_architecture', 'TransformerConfig', 'Dropout', 'SublayerConnection', 'EncoderLayer', 'Encoder', 'DecoderLayer', 'Decoder', 'Transformer']
+__all__ = [
+    'draw_architecture',
+    'TransformerConfig',
+    'Dropout',
+    'SublayerConnection',
+    'EncoderLayer',
+    'Encoder',
+    'DecoderLayer',
+    'Decoder',
+    'Transformer',
+]

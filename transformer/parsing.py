@@ -1,7 +1,7 @@
-# Generated from book/parsing.md by tools/export.py: edit the chapter, not this file.
-"""English constituency parsing as translation (§6.3 of the paper): a treebank sampled from a
-small grammar of English, trees linearised as in Vinyals et al. (2015), and labelled bracketing
-precision, recall and F1 as EVALB computes them."""
+# Generated from book/parsing.md by tools/export.py: edit the chapter.
+"""English constituency parsing as translation (§6.3 of the paper): a treebank sampled
+from a small grammar of English, trees linearised as in Vinyals et al. (2015), and
+labelled bracketing precision, recall and F1 as EVALB computes them."""
 
 from __future__ import annotations
 
@@ -19,7 +19,8 @@ from transformer.data import ParallelCorpus
 
 @dataclass(frozen=True)
 class Tree:
-    """A constituent: a label and its children; a part-of-speech tag has one word as child."""
+    """A constituent: a label and its children; a part-of-speech tag has one word as
+    child."""
 
     label: str
     children: tuple[Tree | str, ...]
@@ -34,8 +35,8 @@ class Tree:
 
 
 def linearize(tree: Tree, leaves: str = "tags") -> str:
-    """Vinyals et al.'s target sequence: labelled brackets on both sides, and for each word
-    its tag (leaves="tags", their Figure 2) or the word itself (leaves="words")."""
+    """Vinyals et al.'s target sequence: labelled brackets on both sides, and for each
+    word its tag (leaves="tags", their Figure 2) or the word itself (leaves="words")."""
     if leaves not in ("tags", "words"):
         raise ValueError(f'leaves must be "tags" or "words"; got {leaves!r}')
     if isinstance(tree.children[0], str):
@@ -44,9 +45,10 @@ def linearize(tree: Tree, leaves: str = "tags") -> str:
     return f"({tree.label} {inside} ){tree.label}"
 
 
-# Rules of the grammar: a nonterminal named LABEL or LABEL/ROLE (one treebank label, rules of
-# its own) -> (probability, children). A tag TAG or TAG:CLASS draws its word from one class of
-# LEXICON: verbs that take an object, nothing, or a clause are all tagged VBD.
+# Rules of the grammar: a nonterminal named LABEL or LABEL/ROLE (one treebank label,
+# rules of its own) -> (probability, children). A tag TAG or TAG:CLASS draws its word
+# from one class of LEXICON: verbs that take an object, nothing, or a clause are all
+# tagged VBD.
 GRAMMAR: dict[str, list[tuple[float, tuple[str, ...]]]] = {
     "S": [(1.0, ("NP", "VP", "."))],
     "S/sub": [(1.0, ("NP", "VP"))],
@@ -102,7 +104,8 @@ LEXICON: dict[str, list[str]] = {
 def sample_tree(
     rng: random.Random, symbol: str = "S", depth: int = 0, max_depth: int = 5
 ) -> Tree:
-    """A tree drawn from GRAMMAR; from max_depth on, only rules made of tags are drawn."""
+    """A tree drawn from GRAMMAR; from max_depth on, only rules made of tags are
+    drawn."""
     if symbol in LEXICON:
         return Tree(symbol.split(":")[0], (rng.choice(LEXICON[symbol]),))
     rules = GRAMMAR[symbol]
@@ -124,8 +127,8 @@ def treebank(
     leaves: str = "tags",
 ) -> ParallelCorpus:
     """(sentence, linearised tree) pairs sampled from GRAMMAR, the trees written by
-    linearize(tree, leaves); no held-out sentence (val, test: distinct sentences) occurs in
-    train."""
+    linearize(tree, leaves); no held-out sentence (val, test: distinct sentences) occurs
+    in train."""
     if min(n_train, n_val, n_test) < 1:
         raise ValueError(
             "every split needs at least one sentence; got "
@@ -147,7 +150,8 @@ def treebank(
 
 
 def write_corpus(corpus: ParallelCorpus, folder: str | Path) -> Path:
-    """Write SPLIT.SRC and SPLIT.TGT files that `--data folder` reads; all or none of them.
+    """Write SPLIT.SRC and SPLIT.TGT files that `--data folder` reads; all or none of
+    them.
 
     An existing folder is replaced only if it holds nothing but such files.
     """
@@ -159,7 +163,8 @@ def write_corpus(corpus: ParallelCorpus, folder: str | Path) -> Path:
     }
     if folder.exists() and not {p.name for p in folder.iterdir()} <= names:
         raise FileExistsError(
-            f"{folder} holds files other than {sorted(names)}; give a new or empty folder"
+            f"{folder} holds files other than {sorted(names)}; give a new or "
+            "empty folder"
         )
     folder.parent.mkdir(parents=True, exist_ok=True)
     building = Path(tempfile.mkdtemp(prefix=f"{folder.name}.", dir=folder.parent))
@@ -178,10 +183,10 @@ def write_corpus(corpus: ParallelCorpus, folder: str | Path) -> Path:
 
 
 def read_linearized(text: str) -> tuple[Counter[tuple[str, int, int]], int, bool]:
-    """The brackets (label, first word, end) of a linearised tree, its number of words, and
-    whether it was well formed. Malformed input is read leniently: a closing bracket with no
-    open one is skipped, one whose label differs still closes the innermost open bracket, and
-    brackets left open close after the last word.
+    """The brackets (label, first word, end) of a linearised tree, its number of words,
+    and whether it was well formed. Malformed input is read leniently: a closing bracket
+    with no open one is skipped, one whose label differs still closes the innermost open
+    bracket, and brackets left open close after the last word.
     """
     found: Counter[tuple[str, int, int]] = Counter()
     stack: list[tuple[str, int]] = []
@@ -239,4 +244,13 @@ def bracket_scores(outputs: Sequence[str], references: Sequence[str]) -> Bracket
     )
 
 
-__all__ = ['Tree', 'linearize', 'sample_tree', 'treebank', 'write_corpus', 'read_linearized', 'BracketScores', 'bracket_scores']
+__all__ = [
+    'Tree',
+    'linearize',
+    'sample_tree',
+    'treebank',
+    'write_corpus',
+    'read_linearized',
+    'BracketScores',
+    'bracket_scores',
+]

@@ -1,5 +1,6 @@
-# Generated from book/positional.md by tools/export.py: edit the chapter, not this file.
-"""Sinusoidal positional encoding and learned positional embeddings (§3.5 of the paper)."""
+# Generated from book/positional.md by tools/export.py: edit the chapter.
+"""Sinusoidal positional encoding and learned positional embeddings (§3.5 of the
+paper)."""
 
 from __future__ import annotations
 
@@ -12,7 +13,8 @@ from torch import Tensor, nn
 def sinusoidal_positional_encoding(n_positions: int, d_model: int) -> Tensor:
     """The (n_positions, d_model) sinusoid table.
 
-    PE[pos, 2i] = sin(pos / 10000^(2i/d_model)), PE[pos, 2i+1] = cos(pos / 10000^(2i/d_model)).
+    PE[pos, 2i] = sin(pos / 10000^(2i/d_model)),
+    PE[pos, 2i+1] = cos(pos / 10000^(2i/d_model)).
     """
     if d_model <= 0 or d_model % 2 != 0:
         raise ValueError(
@@ -53,7 +55,8 @@ class SinusoidalPositionalEncoding(nn.Module):
 
 
 class LearnedPositionalEmbedding(nn.Module):
-    """Adds a learned vector per position: x (batch, n, d_model) -> x + P[start:start + n]."""
+    """Adds a learned vector per position: x (batch, n, d_model) ->
+    x + P[start:start + n]."""
 
     def __init__(self, d_model: int, max_len: int = 1024):
         super().__init__()
@@ -65,10 +68,14 @@ class LearnedPositionalEmbedding(nn.Module):
         end = start + x.size(1)
         if end > self.max_len:
             raise ValueError(
-                f"learned positional embeddings cover {self.max_len} positions (max_len); "
-                f"got a sequence reaching position {end}"
+                f"learned positional embeddings cover {self.max_len} positions "
+                f"(max_len); got a sequence reaching position {end}"
             )
         return x + self.embedding.weight[start:end].to(x.dtype)
 
 
-__all__ = ['sinusoidal_positional_encoding', 'SinusoidalPositionalEncoding', 'LearnedPositionalEmbedding']
+__all__ = [
+    'sinusoidal_positional_encoding',
+    'SinusoidalPositionalEncoding',
+    'LearnedPositionalEmbedding',
+]

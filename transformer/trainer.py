@@ -1,4 +1,4 @@
-# Generated from book/trainer.md by tools/export.py: edit the chapter, not this file.
+# Generated from book/trainer.md by tools/export.py: edit the chapter.
 """The Trainer: checkpoints, exact resumption, devices, precision, several processes."""
 
 from __future__ import annotations
@@ -95,6 +95,32 @@ def load_model(
     model = Transformer(TransformerConfig(**state["model_config"]))
     model.load_state_dict(state["model"])
     return model.to(device).eval(), Tokenizer.from_str(state["tokenizer"])
+
+
+def newest_checkpoints(folder: str | Path, n: int | None = None) -> list[Path]:
+    """The newest `n` (default: all) checkpoint-STEP.pt of a run's folder, oldest
+    first."""
+    found = sorted(Path(folder).glob("checkpoint-*.pt"))
+    return found if n is None else found[max(len(found) - n, 0):]
+
+
+def training_checkpoint(path: str | Path) -> tuple[dict, Path]:
+    """The state of a checkpoint to resume (`path`, or the newest one in the folder
+    `path`) and its path."""
+    path = Path(path)
+    if path.is_dir():
+        found = newest_checkpoints(path, 1)
+        if not found:
+            raise FileNotFoundError(f"no checkpoint-*.pt in {path}")
+        path = found[0]
+    state = load_checkpoint(path)
+    if "optimizer" not in state:
+        raise ValueError(
+            f"{path} holds model weights only (an average of checkpoints?); it can "
+            "translate and be evaluated, but a run resumes from a checkpoint of "
+            "training"
+        )
+    return state, path
 
 
 def check_output_folder(
@@ -301,7 +327,9 @@ class TrainingConfig:
                 what = "a positive integer" if integer else "a positive finite number"
                 raise ValueError(f"{name} must be {what}; got {value!r}")
             if not math.isfinite(value):
-                raise ValueError(f"{name} must be a positive finite number; got {value!r}")
+                raise ValueError(
+                    f"{name} must be a positive finite number; got {value!r}"
+                )
         if self.prefetch < 0:
             raise ValueError(f"prefetch must be >= 0 batches; got {self.prefetch}")
         if not 0.0 <= self.label_smoothing < 1.0:
@@ -342,6 +370,23 @@ def init_distributed(device: torch.device) -> tuple[int, int]:
             torch.cuda.set_device(device)
         dist.init_process_group("nccl" if device.type == "cuda" else "gloo")
     return rank, world_size
+
+
+def data_parallel(model: nn.Module, device: torch.device, world_size: int) -> nn.Module:
+    """The model wrapped in DistributedDataParallel under torchrun; itself otherwise."""
+    if world_size == 1:
+        return model
+    ids = [device] if device.type == "cuda" else None
+    return nn.parallel.DistributedDataParallel(model, device_ids=ids)
+
+
+def sum_over_ranks(value: int, world_size: int, device: torch.device) -> Tensor | int:
+    """The sum of `value` over every process (the value itself without torchrun)."""
+    if world_size == 1:
+        return value
+    total = torch.tensor(float(value), device=device)
+    dist.all_reduce(total)
+    return total
 
 
 def all_gather(value: Tensor, world_size: int) -> list[Tensor]:
@@ -540,6 +585,16 @@ def validation_loss(
     return {"val_loss": loss, "val_ppl": math.exp(min(loss, 50.0))}
 
 
+def check_vocabulary(model: Transformer, tokenizer: Tokenizer) -> None:
+    """Refuse a model whose embeddings cannot hold every id of the tokenizer."""
+    vocab = tokenizer.get_vocab_size()
+    sizes = model.config.src_vocab_size, model.config.tgt_vocab_size
+    if min(sizes) < vocab:
+        raise ValueError(
+            f"the model's vocabularies {sizes} must hold the tokenizer's {vocab} ids"
+        )
+
+
 class Trainer:
     """Trains `model` on `data` (see prepare_data) as `config` says, writing to `out`.
 
@@ -557,12 +612,7 @@ class Trainer:
         self.overwrite, self.owns_out = overwrite, False  # owns_out: out holds this run
         self.device = pick_device(config.device)
         self.rank, self.world_size = init_distributed(self.device)
-        vocab = data.tokenizer.get_vocab_size()
-        if min(model.config.src_vocab_size, model.config.tgt_vocab_size) < vocab:
-            raise ValueError(
-                f"the model's vocabularies ({model.config.src_vocab_size}, "
-                f"{model.config.tgt_vocab_size}) must hold the tokenizer's {vocab} ids"
-            )
+        check_vocabulary(model, data.tokenizer)
         self.model = model.to(self.device)
         if self.device.type == "cpu":
             keep_freed_memory()
@@ -575,18 +625,13 @@ class Trainer:
         self.dtype = autocast_dtype(config.precision, self.device)
         fp16 = self.dtype == torch.float16
         self.scaler = torch.amp.GradScaler(self.device.type, enabled=fp16)
-        self.compile = config.compile
-        if self.compile is None:
-            self.compile = self.device.type == "cuda"
+        cuda = self.device.type == "cuda"
+        self.compile = cuda if config.compile is None else config.compile
         self.pad_multiple = config.pad_multiple or (8 if self.compile else 1)
         self.sampler = rank_sampler(data.train.lengths(), config, self.rank,
                                     self.world_size, self.pad_multiple)
         self.step, self.epoch, self.batch_index = 0, 0, 0
-        self.network: nn.Module = self.model
-        if self.world_size > 1:
-            ids = [self.device] if self.device.type == "cuda" else None
-            ddp = nn.parallel.DistributedDataParallel
-            self.network = ddp(self.model, device_ids=ids)
+        self.network = data_parallel(self.model, self.device, self.world_size)
         self.forward_loss = torch.compile(self._loss) if self.compile else self._loss
         self._stream: Iterator[tuple[Batch, int, int]] | None = None
 
@@ -596,19 +641,15 @@ class Trainer:
         state: dict | None = None, overwrite: bool = False,
         resumed_from: Path | None = None,
     ) -> Trainer:
-        """Check the output folder, prepare the data, build the model (vocabulary from the
-        tokenizer), and a Trainer. resumed_from: the folder of the checkpoint `state`."""
+        """Check the output folder, prepare the data, build the model (vocabulary from
+        the tokenizer), and a Trainer. resumed_from: the folder of the checkpoint
+        `state`."""
         own = resumed_from is not None and resumed_from.resolve() == Path(out).resolve()
         if init_distributed(pick_device(config.device))[0] == 0:  # rank 0 writes
             check_output_folder(Path(out), own, overwrite)
-        tokenizer = Tokenizer.from_str(state["tokenizer"]) if state is not None else None
-        data = prepare_data(config.data, config.src_lang, config.tgt_lang,
-                            config.vocab_size, tokenizer, config.cache_dir)
-        vocab = data.tokenizer.get_vocab_size()
-        model_config = replace(model_config, src_vocab_size=vocab, tgt_vocab_size=vocab,
-                               pad_id=PAD)
-        torch.manual_seed(config.seed)  # the same initial model on every rank
-        trainer = cls(Transformer(model_config), data, config, out, overwrite=overwrite)
+        tokenizer = None if state is None else Tokenizer.from_str(state["tokenizer"])
+        model, data = model_and_data(model_config, config, tokenizer)
+        trainer = cls(model, data, config, out, overwrite=overwrite)
         trainer.owns_out = own
         if state is not None:
             restore_training_state(trainer, state)
@@ -619,25 +660,13 @@ class Trainer:
         cls, path: str | Path, out: str | Path | None = None, overwrite: bool = False,
         **overrides,
     ) -> Trainer:
-        """Continue the run of a checkpoint (or of the newest checkpoint in a folder), in
-        its folder or in `out`."""
-        path = Path(path)
-        if path.is_dir():
-            found = sorted(path.glob("checkpoint-*.pt"))
-            if not found:
-                raise FileNotFoundError(f"no checkpoint-*.pt in {path}")
-            path = found[-1]
-        state = load_checkpoint(path)
-        if "optimizer" not in state:
-            raise ValueError(
-                f"{path} holds model weights only (an average of checkpoints?); it can "
-                "translate and be evaluated, but a run resumes from a checkpoint of "
-                "training"
-            )
+        """Continue the run of a checkpoint (or of the newest checkpoint in a folder),
+        in its folder or in `out`."""
+        state, path = training_checkpoint(path)
         config = replace(TrainingConfig(**state["training_config"]), **overrides)
         model_config = TransformerConfig(**state["model_config"])
-        return cls.from_config(model_config, config, out or path.parent, state, overwrite,
-                               path.parent)
+        out = out or path.parent
+        return cls.from_config(model_config, config, out, state, overwrite, path.parent)
 
     def _loss(self, src: Tensor, tgt_in: Tensor, tgt_out: Tensor) -> Tensor:
         """The summed label-smoothed loss of one batch (what torch.compile compiles)."""
@@ -661,10 +690,8 @@ class Trainer:
         self.network.train()
         batches = [self._next_batch() for _ in range(self.config.accumulate)]
         n_tokens = sum(batch.n_tokens for batch in batches)
-        total: Tensor | int = n_tokens
-        if self.world_size > 1:  # the target tokens of the whole update, on every rank
-            total = torch.tensor(float(n_tokens), device=self.device)
-            dist.all_reduce(total)
+        # the target tokens of the whole update, over every process
+        total = sum_over_ranks(n_tokens, self.world_size, self.device)
         loss_sum = torch.zeros((), device=self.device)
         for i, batch in enumerate(batches):
             no_sync = self.world_size > 1 and i < len(batches) - 1
@@ -687,8 +714,7 @@ class Trainer:
         path = self.out / f"checkpoint-{self.step:08d}.pt"
         if self.rank == 0:
             save_checkpoint(state, path)
-            found = sorted(self.out.glob("checkpoint-*.pt"))
-            for old in found[: -self.config.keep_checkpoints]:
+            for old in newest_checkpoints(self.out)[: -self.config.keep_checkpoints]:
                 old.unlink()
         return path
 
@@ -713,11 +739,12 @@ class Trainer:
             append_metrics(self.out, record)
 
     def fit(self, progress: bool = True) -> dict[str, float]:
-        """Train until max_steps, max_minutes or a signal; returns the last metrics. After
-        SIGINT or SIGTERM it stops after the current step with a checkpoint, and the result
-        has "interrupted": the signal's number."""
+        """Train until max_steps, max_minutes or a signal; returns the last metrics.
+        After SIGINT or SIGTERM it stops after the current step with a checkpoint, and
+        the result has "interrupted": the signal's number."""
         config = self.config
-        clock, window = Clock(config, self.world_size, self.device), LossWindow(self.device)
+        clock = Clock(config, self.world_size, self.device)
+        window = LossWindow(self.device)
         metrics: dict[str, float] = {}
         show = progress and self.rank == 0
         with holding_folder(self):
@@ -732,7 +759,8 @@ class Trainer:
                         clock.checkpointed()
                     window.add(*self.train_step())
                     shown(None)
-                    if self.step % config.log_every == 0 or self.step == config.max_steps:
+                    last = self.step == config.max_steps
+                    if self.step % config.log_every == 0 or last:
                         metrics = {"step": self.step, **window.read(self.world_size),
                                    "lr": self.schedule.get_last_lr()[0],
                                    "minutes": clock.minutes()}
@@ -743,15 +771,26 @@ class Trainer:
                         self._log(evaluation)
                         metrics = {**metrics, **evaluation}
             if received:
-                saved = self.out / f"checkpoint-{self.step:08d}.pt"
-                saved = saved if saved.exists() else self.save()
-                print(f"interrupted at step {self.step}; saved {saved}; "
-                      f"continue with --resume {self.out}")
-                return {**metrics, "step": self.step, "interrupted": received[0]}
+                return stopped_by_signal(self, metrics, received[0])
             self.save()
             final = {"step": self.step, "minutes": clock.minutes(), **self.validate()}
             self._log(final)
         return {**metrics, **final}
+
+
+def model_and_data(
+    model_config: TransformerConfig, config: TrainingConfig,
+    tokenizer: Tokenizer | None = None,
+) -> tuple[Transformer, PreparedData]:
+    """The data `config` names (its tokenizer trained, or `tokenizer`) and a new
+    model with the tokenizer's vocabulary, initialized alike on every process."""
+    data = prepare_data(config.data, config.src_lang, config.tgt_lang,
+                        config.vocab_size, tokenizer, config.cache_dir)
+    vocab = data.tokenizer.get_vocab_size()
+    model_config = replace(model_config, src_vocab_size=vocab, tgt_vocab_size=vocab,
+                           pad_id=PAD)
+    torch.manual_seed(config.seed)  # the same initial model on every rank
+    return Transformer(model_config), data
 
 
 @contextlib.contextmanager
@@ -774,6 +813,15 @@ def holding_folder(trainer: Trainer) -> Iterator[None]:
         if trainer._stream is not None:
             trainer._stream.close()
             trainer._stream = None
+
+
+def stopped_by_signal(trainer: Trainer, metrics: dict, signum: int) -> dict:
+    """The checkpoint of a run stopped by SIGINT/SIGTERM, and its last metrics."""
+    saved = trainer.out / f"checkpoint-{trainer.step:08d}.pt"
+    saved = saved if saved.exists() else trainer.save()
+    print(f"interrupted at step {trainer.step}; saved {saved}; "
+          f"continue with --resume {trainer.out}")
+    return {**metrics, "step": trainer.step, "interrupted": signum}
 
 
 def train_once(
@@ -828,4 +876,41 @@ def small_number_run() -> tuple[TransformerConfig, TrainingConfig]:
     return model_config, training_config
 
 
-__all__ = ['save_checkpoint', 'load_checkpoint', 'load_model', 'check_output_folder', 'folder_lock', 'pick_device', 'cpu_bf16_speedup', 'check_precision', 'autocast_dtype', 'autocast', 'attention_kernel', 'keep_freed_memory', 'TrainingConfig', 'rank_sampler', 'init_distributed', 'all_gather', 'Clock', 'LossWindow', 'append_metrics', 'forget_metrics_after', 'progress_bar', 'deferred_signals', 'training_state', 'restore_training_state', 'validation_loss', 'Trainer', 'holding_folder', 'train_once', 'small_number_run']
+__all__ = [
+    'save_checkpoint',
+    'load_checkpoint',
+    'load_model',
+    'newest_checkpoints',
+    'training_checkpoint',
+    'check_output_folder',
+    'folder_lock',
+    'pick_device',
+    'cpu_bf16_speedup',
+    'check_precision',
+    'autocast_dtype',
+    'autocast',
+    'attention_kernel',
+    'keep_freed_memory',
+    'TrainingConfig',
+    'rank_sampler',
+    'init_distributed',
+    'data_parallel',
+    'sum_over_ranks',
+    'all_gather',
+    'Clock',
+    'LossWindow',
+    'append_metrics',
+    'forget_metrics_after',
+    'progress_bar',
+    'deferred_signals',
+    'training_state',
+    'restore_training_state',
+    'validation_loss',
+    'check_vocabulary',
+    'Trainer',
+    'model_and_data',
+    'holding_folder',
+    'stopped_by_signal',
+    'train_once',
+    'small_number_run',
+]

@@ -1,4 +1,4 @@
-# Generated from book/training.md by tools/export.py: edit the chapter, not this file.
+# Generated from book/training.md by tools/export.py: edit the chapter.
 """Adam with the warm-up schedule and label smoothing (§5.3-5.4 of the paper)."""
 
 from __future__ import annotations
@@ -51,4 +51,8 @@ def label_smoothed_loss(
     )
 
 
-__all__ = ['learning_rate', 'make_optimizer', 'label_smoothed_loss']
+__all__ = [
+    'learning_rate',
+    'make_optimizer',
+    'label_smoothed_loss',
+]
