@@ -6,6 +6,7 @@ import subprocess
 import sys
 
 import pytest
+import sacrebleu
 import torch
 
 from transformer.cli import main
@@ -273,3 +274,38 @@ def test_bad_input_gets_one_line_and_changes_nothing(shared_run, tiny_corpus_mod
     line = exit.value.code if isinstance(exit.value.code, str) else printed[-1]  # argparse: usage, then error
     assert "\n" not in line and expected in line and "error: " in line, line
     assert sorted((p.name, p.stat().st_mtime_ns) for p in [*tmp_path.rglob("*"), *shared_run.rglob("*")]) == before
+
+
+def test_lowercase_travels_with_the_checkpoint_to_translate_and_evaluate(tiny_corpus, tmp_path, capsys):
+    for path in tiny_corpus.iterdir():  # capitals the lowercased model never sees
+        path.write_text(path.read_text().title())
+    out = tmp_path / "lc"
+    assert main(_train_args(tiny_corpus, out, "--lowercase")) == 0
+    assert "(lowercased text)" in capsys.readouterr().out
+    state = load_checkpoint(out / "checkpoint-00000001.pt")
+    vocabulary = json.loads(state["tokenizer"])["model"]["vocab"]
+    assert not any(char.isupper() for token in vocabulary for char in token)
+    cased, lower = tmp_path / "cased.en", tmp_path / "lower.en"
+    cased.write_text("Twenty-One\nSixty Four\nONE\n")
+    lower.write_text(cased.read_text().lower())
+    outputs = []
+    for source in (cased, lower):
+        target = source.with_suffix(".de")
+        assert main(["translate", "--checkpoint", str(out), "--input", str(source), "--output", str(target)]) == 0
+        outputs.append(target.read_text())
+    assert outputs[0] == outputs[1], "cased input translates as its lowercase"
+    assert "trained on lowercased text" in capsys.readouterr().err
+    scores = tmp_path / "scores.jsonl"
+    assert main(["evaluate", "--checkpoint", str(out), "--data", str(tiny_corpus), "--split", "val",
+                 "--beam", "1", "--json", str(scores), "--output", str(tmp_path / "hyp.de")]) == 0
+    record = json.loads(scores.read_text())
+    hypotheses = (tmp_path / "hyp.de").read_text().splitlines()
+    references = (tiny_corpus / "val.de").read_text().splitlines()
+    assert record["lowercase"] is True and "case:lc" in record["signature"]
+    assert record["bleu"] == sacrebleu.corpus_bleu(hypotheses, [references], lowercase=True).score
+    assert record["exact_match"] == sum(h == r.lower() for h, r in zip(hypotheses, references)) / 8
+    with pytest.raises(SystemExit, match="a resumed run keeps its checkpoint's"):
+        main(["train", "--resume", str(out), "--max-steps", "2", "--lowercase", "--out", str(out)])
+    resumed = tmp_path / "resumed"
+    assert main(["train", "--resume", str(out), "--max-steps", "2", "--out", str(resumed)]) == 0
+    assert load_checkpoint(resumed / "checkpoint-00000002.pt")["tokenizer"] == state["tokenizer"]

@@ -6,6 +6,7 @@ import json
 import numpy as np
 import pytest
 import torch
+from tokenizers import Tokenizer
 
 from transformer import (
     load_corpus,
@@ -21,6 +22,7 @@ from transformer.data import (
     collate,
     encode_pairs,
     load_hub_dataset,
+    lowercases,
     pair_lengths,
 )
 from transformer.data import BOS, EOS, PAD
@@ -266,3 +268,29 @@ def test_encode_pairs_and_lengths():
     tokenizer = train_tokenizer(iter(["a b c", "x y z"] * 10), vocab_size=30)
     pairs = encode_pairs(tokenizer, [("a b", "x y z")])
     assert pair_lengths(pairs) == [(len(pairs[0][0]) + 1, len(pairs[0][1]) + 1)]
+
+
+def test_a_lowercase_tokenizer_encodes_cased_text_as_its_lowercase(tmp_path):
+    cased = [(src.title(), tgt.capitalize()) for src, tgt in PAIRS]
+    texts = [text for pair in cased for text in pair]
+    lower = train_tokenizer(iter(texts), vocab_size=80, lowercase=True)
+    kept = train_tokenizer(iter(texts), vocab_size=80)
+    assert lowercases(lower) and not lowercases(kept)
+    assert not any(char.isupper() for token in lower.get_vocab() for char in token)
+    assert any(char.isupper() for token in kept.get_vocab() for char in token)
+    for text in ("Two Men Stand", "ÄRGER über Öl", "a DOG"):
+        assert lower.encode(text).ids == lower.encode(text.lower()).ids
+    assert lowercases(Tokenizer.from_str(lower.to_str())), "the normalizer is serialized"
+    # prepare_data: a lowercased run has its own tokenizer and arrays, of lowercased ids
+    _write_corpus(tmp_path / "corpus", cased)
+    cache = tmp_path / "cache"
+    plain = prepare_data(str(tmp_path / "corpus"), vocab_size=80, cache_dir=cache)
+    data = prepare_data(str(tmp_path / "corpus"), vocab_size=80, cache_dir=cache, lowercase=True)
+    assert lowercases(data.tokenizer) and not lowercases(plain.tokenizer)
+    assert data.folder != plain.folder
+    lowered = [(src.lower(), tgt.lower()) for src, tgt in cased]
+    expected = TokenizedSplit.from_pairs(encode_pairs(data.tokenizer, lowered))
+    assert np.array_equal(data.train.src_ids, expected.src_ids)
+    assert np.array_equal(data.train.tgt_ids, expected.tgt_ids)
+    with pytest.raises(ValueError, match="asks for a tokenizer that lowercases"):
+        prepare_data(str(tmp_path / "corpus"), tokenizer=plain.tokenizer, cache_dir=cache, lowercase=True)

@@ -20,6 +20,7 @@ from transformer import (
     load_model,
     save_checkpoint,
     tokenized_bleu,
+    train_tokenizer,
 )
 from transformer.evaluation import write_final_model
 
@@ -164,3 +165,38 @@ def test_final_model_is_the_newest_checkpoint_when_nothing_can_be_averaged(tmp_p
     assert not (tmp_path / "checkpoint_average.pt").exists(), "a stale average is removed"
     with pytest.raises(FileNotFoundError, match="no checkpoint"):
         write_final_model(tmp_path / "empty")
+
+
+def test_lowercased_scores_equal_sacrebleus_lowercase_and_a_hand_lowercased_call():
+    hypotheses = ["zwei männer stehen am herd .", "ein hund bellt", "eine frau"]
+    references = ["Zwei Männer stehen am Herd .", "Ein Hund bellt laut", "Eine Frau"]
+    score, signature = corpus_bleu(hypotheses, references, lowercase=True)
+    assert score == sacrebleu.corpus_bleu(hypotheses, [references], lowercase=True).score
+    by_hand = sacrebleu.corpus_bleu(hypotheses, [[r.lower() for r in references]]).score
+    assert score == pytest.approx(by_hand) and score > corpus_bleu(hypotheses, references)[0]
+    assert "|case:lc|" in signature
+    chrf = sacrebleu.corpus_chrf(hypotheses, [[r.lower() for r in references]]).score
+    assert corpus_chrf(hypotheses, references, lowercase=True) == pytest.approx(chrf)
+    assert exact_match(hypotheses, references, lowercase=True) == pytest.approx(2 / 3)
+    assert exact_match(hypotheses, references) == 0
+
+
+def test_evaluate_scores_a_lowercasing_tokenizers_model_against_lowercased_references(tiny_corpus, monkeypatch):
+    import transformer.evaluation as evaluation
+
+    pairs = [("Two Dogs", "Zwei Hunde"), ("One Man Runs", "Ein Mann läuft schnell")]
+    perfect = [reference.lower() for _, reference in pairs]  # what a lowercased model can do at best
+    monkeypatch.setattr(evaluation, "translate", lambda model, tokenizer, sources, *a: perfect)
+    texts = [text for pair in pairs for text in pair]
+    for lowercase in (True, False):
+        tokenizer = train_tokenizer(iter(texts), vocab_size=60, lowercase=lowercase)
+        scores, hypotheses = evaluate(None, tokenizer, pairs, tgt_lang="de")
+        assert hypotheses == perfect
+        if lowercase:
+            assert scores.bleu == pytest.approx(100) and scores.exact_match == 1
+            assert scores.chrf == pytest.approx(100) and "case:lc" in scores.signature
+        else:
+            cased = sacrebleu.corpus_bleu(perfect, [[r for _, r in pairs]]).score
+            assert scores.bleu == cased < 100 and scores.exact_match == 0
+            assert "case:mixed" in scores.signature
+        assert scores.tokenized_bleu == pytest.approx(100), "lowercased either way"

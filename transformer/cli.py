@@ -14,7 +14,7 @@ from pathlib import Path
 
 from tqdm import tqdm
 
-from transformer.data import load_corpus
+from transformer.data import load_corpus, lowercases, prepare_data
 from transformer.decoding import translate
 from transformer.evaluation import (
     average_checkpoints,
@@ -27,8 +27,11 @@ from transformer.model import TransformerConfig
 from transformer.trainer import (
     Trainer,
     TrainingConfig,
+    check_output_folder,
+    init_distributed,
     load_checkpoint,
     load_model,
+    model_and_data,
     pick_device,
     save_checkpoint,
 )
@@ -83,8 +86,10 @@ def _probability(text: str) -> float:
 
 
 def _number(kind: type, zero: bool = False) -> Callable[[str], int | float]:
-    """An argparse type: a finite value of `kind` (int or float), > 0 (>= 0 with zero)."""
-    what = f"{'an integer' if kind is int else 'a finite number'} {'>= 0' if zero else '> 0'}"
+    """An argparse type: a finite value of `kind` (int or float), > 0 (>= 0 with
+    zero)."""
+    number = "an integer" if kind is int else "a finite number"
+    what = f"{number} {'>= 0' if zero else '> 0'}"
 
     def parse(text: str) -> int | float:
         try:
@@ -102,19 +107,24 @@ def _add_train(commands: argparse._SubParsersAction) -> None:
     train = commands.add_parser(
         "train",
         help="train a model",
-        description="Train an encoder-decoder Transformer. Example (the embedded corpus, on a CPU):\n"
+        description="Train an encoder-decoder Transformer. Example (the embedded "
+        "corpus, on a CPU):\n"
         "  python -m transformer train --max-minutes 10 --out runs/numbers\n"
         "Multi30k files, English to German:\n"
-        "  python -m transformer train --data ../shared/data/multi30k --src en --tgt de "
-        "--max-minutes 60 --out runs/multi30k\n"
-        "Several GPUs: torchrun --standalone --nproc_per_node 8 -m transformer train --preset base ...",
+        "  python -m transformer train --data ../shared/data/multi30k --src en "
+        "--tgt de --max-minutes 60 --out runs/multi30k\n"
+        "The same, lowercased as Multi30k papers train and score:\n"
+        "  python -m transformer train --data ../shared/data/multi30k --src en "
+        "--tgt de --lowercase --max-minutes 60 --out runs/multi30k-lc\n"
+        "Several GPUs: torchrun --standalone --nproc_per_node 8 -m transformer "
+        "train --preset base ...",
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     train.add_argument(
         "--preset",
         choices=sorted(PRESETS),
-        help="model and training preset (default: small on the embedded corpus, tiny on "
-        "real text)",
+        help="model and training preset (default: small on the embedded corpus, "
+        "tiny on real text)",
     )
     train.add_argument(
         "--out", required=True, help="folder for checkpoints and metrics.jsonl"
@@ -127,7 +137,8 @@ def _add_train(commands: argparse._SubParsersAction) -> None:
     train.add_argument(
         "--overwrite",
         action="store_true",
-        help="delete another run's checkpoints and metrics in --out first (otherwise refused)",
+        help="delete another run's checkpoints and metrics in --out first "
+        "(otherwise refused)",
     )
     data = train.add_argument_group("data")
     _add_data_options(data)
@@ -139,6 +150,13 @@ def _add_train(commands: argparse._SubParsersAction) -> None:
         help="where tokenized corpora are kept (default: $TRANSFORMER_CACHE, else "
         "~/.cache/transformer)",
     )
+    data.add_argument(
+        "--lowercase",
+        action="store_true",
+        help="lowercase all text, as Multi30k papers train and score: the tokenizer "
+        "lowercases, and the checkpoints carry it, so translate lowercases the input "
+        "and evaluate scores against lowercased references",
+    )
     _add_model_options(
         train.add_argument_group("model (a new run; a resumed one keeps its own)")
     )
@@ -149,7 +167,8 @@ def _add_train(commands: argparse._SubParsersAction) -> None:
 def _add_data_options(group: argparse._ArgumentGroup) -> None:
     group.add_argument(
         "--data",
-        help="'numbers' (the embedded corpus, default), a folder of parallel files, or hub:NAME[:CONFIG]",
+        help="'numbers' (the embedded corpus, default), a folder of parallel files, "
+        "or hub:NAME[:CONFIG]",
     )
     group.add_argument(
         "--src",
@@ -246,8 +265,8 @@ def _add_run_options(group: argparse._ArgumentGroup) -> None:
         "--average-last",
         type=_number(int),
         default=5,
-        help="the final model averages the newest N checkpoints of the run's last third "
-        "(default 5, the paper's; 1: the newest checkpoint)",
+        help="the final model averages the newest N checkpoints of the run's last "
+        "third (default 5, the paper's; 1: the newest checkpoint)",
     )
 
 
@@ -277,13 +296,26 @@ def _new_trainer(args: argparse.Namespace, given: dict) -> Trainer:
         if "max_steps" in given:
             every = max(1, given["max_steps"] // 15)
             training_defaults = {**training_defaults, "checkpoint_every": every}
-    return Trainer.from_config(
-        TransformerConfig(**model_overrides, **model_given),
-        TrainingConfig(**{**training_defaults, **given}),
-        args.out,
-        None,
-        args.overwrite,
-    )
+    model_config = TransformerConfig(**model_overrides, **model_given)
+    config = TrainingConfig(**{**training_defaults, **given})
+    if args.lowercase:
+        return _lowercase_trainer(model_config, config, args.out, args.overwrite)
+    return Trainer.from_config(model_config, config, args.out, None, args.overwrite)
+
+
+def _lowercase_trainer(
+    model_config: TransformerConfig, config: TrainingConfig, out: str, overwrite: bool
+) -> Trainer:
+    """Trainer.from_config's new run, with a tokenizer that lowercases (prepare_data's
+    lowercase): every checkpoint carries it, so translate and evaluate lowercase too."""
+    if init_distributed(pick_device(config.device))[0] == 0:  # rank 0 writes
+        check_output_folder(Path(out), overwrite=overwrite)
+    languages = config.data, config.src_lang, config.tgt_lang
+    tokenizer = prepare_data(
+        *languages, config.vocab_size, cache_dir=config.cache_dir, lowercase=True
+    ).tokenizer
+    model, data = model_and_data(model_config, config, tokenizer)
+    return Trainer(model, data, config, out, overwrite=overwrite)
 
 
 def _train(args: argparse.Namespace) -> int:
@@ -293,19 +325,24 @@ def _train(args: argparse.Namespace) -> int:
         if getattr(args, f.name, None) is not None
     }
     if args.resume:
-        if args.dropout is not None or args.norm_first is not None:
+        if args.dropout is not None or args.norm_first is not None or args.lowercase:
             raise SystemExit(
-                "error: --dropout, --pre-ln and --post-ln shape a new model; a resumed run keeps its checkpoint's"
+                "error: --dropout, --pre-ln, --post-ln and --lowercase shape a new "
+                "model; a resumed run keeps its checkpoint's"
             )
         trainer = Trainer.resume(args.resume, args.out, args.overwrite, **given)
     else:
         trainer = _new_trainer(args, given)
     if trainer.rank == 0:
         n_parameters = sum(p.numel() for p in trainer.model.parameters())
+        dtype = str(trainer.dtype or "fp32").removeprefix("torch.")
+        tokenizer = trainer.data.tokenizer
         print(
-            f"training {n_parameters / 1e6:.1f}M parameters on {trainer.device} ({trainer.world_size} process(es), "
-            f"{str(trainer.dtype or 'fp32').removeprefix('torch.')}), {len(trainer.data.train):,} pairs, "
-            f"vocabulary {trainer.data.tokenizer.get_vocab_size():,}",
+            f"training {n_parameters / 1e6:.1f}M parameters on {trainer.device} "
+            f"({trainer.world_size} process(es), {dtype}), "
+            f"{len(trainer.data.train):,} pairs, vocabulary "
+            f"{tokenizer.get_vocab_size():,}"
+            f"{' (lowercased text)' if lowercases(tokenizer) else ''}",
             flush=True,
         )
     try:
@@ -319,7 +356,10 @@ def _train(args: argparse.Namespace) -> int:
         print(note)
         summary = f"done: {result['step']} steps in {result['minutes']:.1f} min"
         if "val_loss" in result:
-            summary += f"; validation loss {result['val_loss']:.3f}, perplexity {result['val_ppl']:.2f}"
+            summary += (
+                f"; validation loss {result['val_loss']:.3f}, "
+                f"perplexity {result['val_ppl']:.2f}"
+            )
         if trainer.config.data == "numbers":  # the final model's
             trainer.model.load_state_dict(load_checkpoint(final)["model"])
             summary += f"; exact match on the test split {trainer.exact_match():.1%}"
@@ -361,8 +401,11 @@ def _add_use(commands: argparse._SubParsersAction) -> None:
         "translate",
         help="translate text with a checkpoint",
         description="Translate sentences, one a line. Examples:\n"
-        "  echo 'two hundred and one' | python -m transformer translate --checkpoint runs/numbers\n"
-        "  python -m transformer translate --checkpoint C.pt --input test.en --output test.hyp.de",
+        "  echo 'two hundred and one' | python -m transformer translate "
+        "--checkpoint runs/numbers\n"
+        "  python -m transformer translate --checkpoint C.pt --input test.en "
+        "--output test.hyp.de\n"
+        "A model trained with --lowercase lowercases its input.",
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     _add_decoding_options(translate)
@@ -373,8 +416,12 @@ def _add_use(commands: argparse._SubParsersAction) -> None:
     evaluate = commands.add_parser(
         "evaluate",
         help="score a checkpoint on a test set (BLEU, exact match)",
-        description="Translate a split of a corpus and score it with sacreBLEU. Example:\n"
-        "  python -m transformer evaluate --checkpoint runs/multi30k --data ../shared/data/multi30k",
+        description="Translate a split of a corpus and score it with sacreBLEU. "
+        "Example:\n"
+        "  python -m transformer evaluate --checkpoint runs/multi30k "
+        "--data ../shared/data/multi30k\n"
+        "A model trained with --lowercase is scored against lowercased references "
+        "(sacreBLEU's case:lc).",
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     _add_decoding_options(evaluate)
@@ -392,8 +439,10 @@ def _add_use(commands: argparse._SubParsersAction) -> None:
     average = commands.add_parser(
         "average",
         help="average the weights of checkpoints of one run",
-        description="Average checkpoints (the paper: the last 5 for base, 20 for big). Examples:\n"
-        "  python -m transformer average runs/base/checkpoint-*.pt --out runs/base/average.pt\n"
+        description="Average checkpoints (the paper: the last 5 for base, 20 for big). "
+        "Examples:\n"
+        "  python -m transformer average runs/base/checkpoint-*.pt "
+        "--out runs/base/average.pt\n"
         "  python -m transformer average runs/base --last 5 --out runs/base/average.pt",
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
@@ -423,8 +472,9 @@ def _write_atomically(path: str, lines: list[str]) -> None:
 
 
 def _lines(data: bytes, source: str) -> list[str]:
-    """UTF-8 lines split on "\\n" only, one trailing "\\r" stripped: str.splitlines would
-    also split on form feeds, U+2028 and others, and misalign input and output lines."""
+    """UTF-8 lines split on "\\n" only, one trailing "\\r" stripped: str.splitlines
+    would also split on form feeds, U+2028 and others, and misalign input and output
+    lines."""
     try:
         text = data.decode("utf-8")
     except UnicodeDecodeError as error:
@@ -439,9 +489,11 @@ def _lines(data: bytes, source: str) -> list[str]:
 
 
 def _translate(args: argparse.Namespace) -> int:
-    model, tokenizer = load_model(
-        _checkpoint(args.checkpoint), pick_device(args.device)
-    )
+    path = _checkpoint(args.checkpoint)
+    model, tokenizer = load_model(path, pick_device(args.device))
+    if lowercases(tokenizer):  # on stderr: standard output holds the translations
+        print(f"{path} was trained on lowercased text: the input is lowercased, and "
+              "so is the output", file=sys.stderr)
     if args.input:
         with open(args.input, "rb") as file:
             sentences = _lines(file.read(), args.input)
@@ -476,7 +528,8 @@ def _evaluate(args: argparse.Namespace) -> int:
     )
     if args.split not in corpus.splits:
         raise SystemExit(
-            f"error: the corpus has no split {args.split!r}; it has {sorted(corpus.splits)}"
+            f"error: the corpus has no split {args.split!r}; "
+            f"it has {sorted(corpus.splits)}"
         )
     pairs = corpus.splits[args.split][: args.limit]
     with tqdm(total=len(pairs), unit="sentence", disable=None) as bar:
@@ -499,13 +552,13 @@ def _evaluate(args: argparse.Namespace) -> int:
             "split": args.split,
             "beam": args.beam,
             "alpha": args.alpha,
+            "lowercase": lowercases(tokenizer),
             **asdict(scores),
         }
         with open(args.json, "a", encoding="utf-8") as file:
             file.write(json.dumps(record) + "\n")
-    print(
-        f"{path}, {args.split}, {'greedy' if args.beam == 1 else f'beam {args.beam}'}: {scores}"
-    )
+    decoding = "greedy" if args.beam == 1 else f"beam {args.beam}"
+    print(f"{path}, {args.split}, {decoding}: {scores}")
     return 0
 
 
@@ -520,7 +573,8 @@ def _average(args: argparse.Namespace) -> int:
         paths = [Path(p) for p in args.checkpoints]
     save_checkpoint(average_checkpoints(paths), args.out)
     print(
-        f"averaged {len(paths)} checkpoints ({paths[0].name} .. {paths[-1].name}) into {args.out}"
+        f"averaged {len(paths)} checkpoints ({paths[0].name} .. {paths[-1].name}) "
+        f"into {args.out}"
     )
     return 0
 

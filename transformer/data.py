@@ -1,5 +1,6 @@
 # Generated from book/data.md by tools/export.py: edit the chapter.
-"""Parallel corpora, the shared BPE tokenizer and batches by token count (§5.1 of the paper)."""
+"""Parallel corpora, the shared BPE tokenizer and batches by token count (§5.1 of the
+paper)."""
 
 from __future__ import annotations
 
@@ -42,7 +43,8 @@ SPECIAL_TOKENS = ["<pad>", "<unk>", "<bos>", "<eos>"]
 
 @dataclass
 class ParallelCorpus:
-    """Sentence pairs by split ("train", "val", "test"), each a list of (source, target) strings."""
+    """Sentence pairs by split ("train", "val", "test"), each a list of (source, target)
+    strings."""
 
     src_lang: str
     tgt_lang: str
@@ -51,11 +53,13 @@ class ParallelCorpus:
     def __post_init__(self) -> None:
         if not self.splits.get("train"):
             raise ValueError(
-                f"a corpus needs a non-empty 'train' split; got splits {sorted(self.splits)}"
+                "a corpus needs a non-empty 'train' split; "
+                f"got splits {sorted(self.splits)}"
             )
 
     def texts(self, split: str = "train") -> Iterator[str]:
-        """Every source and target sentence of a split (what the tokenizer is trained on)."""
+        """Every source and target sentence of a split (what the tokenizer is trained
+        on)."""
         for src, tgt in self.splits[split]:
             yield src
             yield tgt
@@ -64,10 +68,12 @@ class ParallelCorpus:
 def number_corpus(
     max_number: int = 10_000, n_val: int = 500, n_test: int = 500, seed: int = 0
 ) -> ParallelCorpus:
-    """English -> German number words for 0 <= n < max_number, split at random (by seed)."""
+    """English -> German number words for 0 <= n < max_number, split at random (by
+    seed)."""
     if max_number < n_val + n_test + 1:
         raise ValueError(
-            f"max_number={max_number} leaves no numbers for training after {n_val}+{n_test}"
+            f"max_number={max_number} leaves no numbers for training after "
+            f"{n_val}+{n_test}"
         )
     numbers = list(range(max_number))
     random.Random(seed).shuffle(numbers)
@@ -109,7 +115,8 @@ def _split_file(folder: Path, names: Sequence[str], lang: str) -> Path | None:
 def parallel_files(
     folder: str | Path, src_lang: str, tgt_lang: str
 ) -> dict[str, tuple[Path, Path]]:
-    """The (source, target) files of each split in `folder`: SPLIT.LANG or SPLIT.LANG.gz."""
+    """The (source, target) files of each split in `folder`: SPLIT.LANG or
+    SPLIT.LANG.gz."""
     folder = Path(folder)
     if not folder.is_dir():
         raise FileNotFoundError(
@@ -138,7 +145,8 @@ def parallel_files(
 def read_pair_chunks(
     src_path: Path, tgt_path: Path, chunk_size: int = 10_000
 ) -> Iterator[tuple[list[str], list[str]]]:
-    """The lines of two parallel files, `chunk_size` at a time, as (sources, targets)."""
+    """The lines of two parallel files, `chunk_size` at a time, as (sources,
+    targets)."""
     with _open_text(src_path) as src, _open_text(tgt_path) as tgt:
         lines = itertools.zip_longest(src, tgt)
         for n_read in itertools.count(0, chunk_size):
@@ -159,7 +167,8 @@ def read_pair_chunks(
 def read_parallel_files(
     folder: str | Path, src_lang: str, tgt_lang: str
 ) -> ParallelCorpus:
-    """Read train/val/test from `folder` into memory (see parallel_files for the names)."""
+    """Read train/val/test from `folder` into memory (see parallel_files for the
+    names)."""
     splits = {}
     for split, paths in parallel_files(folder, src_lang, tgt_lang).items():
         splits[split] = [
@@ -178,7 +187,8 @@ HUB_SPLITS = {
 
 
 def hub_splits(name: str, config: str | None = None) -> dict:
-    """The splits of a hub dataset (e.g. "wmt14", config "de-en") by our names; Arrow-backed."""
+    """The splits of a hub dataset (e.g. "wmt14", config "de-en") by our names;
+    Arrow-backed."""
     try:
         import datasets
     except ImportError as error:
@@ -190,7 +200,8 @@ def hub_splits(name: str, config: str | None = None) -> dict:
     except (ConnectionError, OSError, ValueError) as error:
         raise RuntimeError(
             f"could not load dataset {name!r} (config {config!r}): {error}. "
-            "Named datasets download from the Hugging Face hub; offline, use a folder of parallel files."
+            "Named datasets download from the Hugging Face hub; offline, use a folder "
+            "of parallel files."
         ) from error
     return {HUB_SPLITS[s]: rows for s, rows in loaded.items() if s in HUB_SPLITS}
 
@@ -198,12 +209,14 @@ def hub_splits(name: str, config: str | None = None) -> dict:
 def hub_pair_chunks(
     rows, src_lang: str, tgt_lang: str, chunk_size: int = 10_000
 ) -> Iterator[tuple[list[str], list[str]]]:
-    """The (sources, targets) of a hub split's {"translation": {...}} rows, a chunk at a time."""
+    """The (sources, targets) of a hub split's {"translation": {...}} rows, a chunk at a
+    time."""
     for start in range(0, len(rows), chunk_size):
         pairs = rows[start : start + chunk_size]["translation"]
         if src_lang not in pairs[0] or tgt_lang not in pairs[0]:
             raise ValueError(
-                f"the dataset has languages {sorted(pairs[0])}; asked for {src_lang}-{tgt_lang}"
+                f"the dataset has languages {sorted(pairs[0])}; "
+                f"asked for {src_lang}-{tgt_lang}"
             )
         yield [p[src_lang] for p in pairs], [p[tgt_lang] for p in pairs]
 
@@ -211,7 +224,8 @@ def hub_pair_chunks(
 def load_hub_dataset(
     name: str, src_lang: str, tgt_lang: str, config: str | None = None
 ) -> ParallelCorpus:
-    """A translation dataset of the Hugging Face hub, or a local folder of them, in memory."""
+    """A translation dataset of the Hugging Face hub, or a local folder of them, in
+    memory."""
     splits = {}
     for split, rows in hub_splits(name, config).items():
         chunks = hub_pair_chunks(rows, src_lang, tgt_lang)
@@ -222,7 +236,8 @@ def load_hub_dataset(
 def load_corpus(
     data: str, src_lang: str = "en", tgt_lang: str = "de"
 ) -> ParallelCorpus:
-    """ "numbers" (the embedded corpus), a folder of parallel files, or "hub:NAME[:CONFIG]"."""
+    """ "numbers" (the embedded corpus), a folder of parallel files, or
+    "hub:NAME[:CONFIG]"."""
     if data == "numbers":
         return number_corpus()
     if data.startswith("hub:"):
@@ -231,10 +246,16 @@ def load_corpus(
     return read_parallel_files(data, src_lang, tgt_lang)
 
 
-def train_tokenizer(texts: Iterator[str], vocab_size: int) -> Tokenizer:
-    """A BPE tokenizer trained on `texts`, with <pad>=0, <unk>=1, <bos>=2, <eos>=3."""
+def train_tokenizer(
+    texts: Iterator[str], vocab_size: int, lowercase: bool = False
+) -> Tokenizer:
+    """A BPE tokenizer trained on `texts`, with <pad>=0, <unk>=1, <bos>=2, <eos>=3;
+    lowercase: its normalizer lowercases every text it trains on and encodes."""
     tokenizer = Tokenizer(models.BPE(unk_token="<unk>"))
-    tokenizer.normalizer = normalizers.NFKC()
+    nfkc = normalizers.NFKC()
+    tokenizer.normalizer = (
+        normalizers.Sequence([nfkc, normalizers.Lowercase()]) if lowercase else nfkc
+    )
     tokenizer.pre_tokenizer = pre_tokenizers.Metaspace()
     tokenizer.decoder = decoders.Metaspace()
     trainer = trainers.BpeTrainer(
@@ -248,6 +269,14 @@ def train_tokenizer(texts: Iterator[str], vocab_size: int) -> Tokenizer:
             f"the {len(SPECIAL_TOKENS)} special tokens)"
         )
     return tokenizer
+
+
+def lowercases(tokenizer: Tokenizer) -> bool:
+    """Whether `tokenizer` lowercases what it encodes (a model trained with it has only
+    seen lowercased text)."""
+    probe = "AÄ"
+    normalizer = tokenizer.normalizer
+    return normalizer is not None and normalizer.normalize_str(probe) == probe.lower()
 
 
 def encode_pairs(
@@ -292,7 +321,8 @@ class TokenBatchSampler:
         too_long = np.flatnonzero(self.width > max_tokens)
         if len(too_long):
             raise ValueError(
-                f"max_tokens={max_tokens} is smaller than {len(too_long)} pair(s) alone "
+                f"max_tokens={max_tokens} is smaller than {len(too_long)} pair(s) "
+                "alone "
                 f"(the longest has {self.width.max()} tokens with padding); "
                 "raise max_tokens or filter them"
             )
@@ -311,10 +341,12 @@ class TokenBatchSampler:
         rng = np.random.default_rng([self.seed % 2**32, epoch])
         n = len(self.width)
         order = rng.permutation(n) if self.shuffle else np.arange(n)
-        order = order[np.argsort(self.width[order], kind="stable")]  # ties stay shuffled
+        # sorted by width; ties stay shuffled
+        order = order[np.argsort(self.width[order], kind="stable")]
         width = self.width[order]
         batches, start = [], 0
-        while start < n:  # padded size of the first k pairs from start: k * width[k - 1]
+        # the padded size of the first k pairs from start: k * width[k - 1]
+        while start < n:
             window = width[start : start + self.max_tokens // width[start]]
             padded = np.arange(1, len(window) + 1) * window  # increasing
             size = int(np.searchsorted(padded, self.max_tokens, side="right"))
@@ -325,7 +357,8 @@ class TokenBatchSampler:
         if self.world_size > 1:
             if len(batches) < self.world_size:
                 raise ValueError(
-                    f"{len(batches)} batches cannot be shared by {self.world_size} processes"
+                    f"{len(batches)} batches cannot be shared by {self.world_size} "
+                    "processes"
                 )
             kept = len(batches) - len(batches) % self.world_size
             batches = batches[:kept][self.rank :: self.world_size]
@@ -334,7 +367,8 @@ class TokenBatchSampler:
 
 @dataclass
 class Batch:
-    """src (batch, n), tgt_in (batch, m) = <bos> y, tgt_out (batch, m) = y <eos>; right-padded.
+    """src (batch, n), tgt_in (batch, m) = <bos> y, tgt_out (batch, m) = y <eos>;
+    right-padded.
 
     n_tokens: the target tokens the loss is computed on (padding excluded).
     """
@@ -352,7 +386,8 @@ class Batch:
         return Batch(src, tgt_in, tgt_out, self.n_tokens)
 
     def pin_memory(self) -> Batch:
-        """A copy in page-locked memory, from which copies to a GPU run asynchronously."""
+        """A copy in page-locked memory, from which copies to a GPU run
+        asynchronously."""
         src, tgt_in, tgt_out = (
             t.pin_memory() for t in (self.src, self.tgt_in, self.tgt_out)
         )
@@ -367,7 +402,8 @@ def _pad(sequences: Sequence[list[int]]) -> Tensor:
 
 
 def collate(pairs: Sequence[tuple[list[int], list[int]]]) -> Batch:
-    """Token-id pairs (without special tokens) -> a padded Batch, one sentence at a time."""
+    """Token-id pairs (without special tokens) -> a padded Batch, one sentence at a
+    time."""
     return Batch(
         src=_pad([s + [EOS] for s, _ in pairs]),
         tgt_in=_pad([[BOS] + t for _, t in pairs]),
@@ -385,8 +421,8 @@ def pair_lengths(pairs: Sequence[tuple[list[int], list[int]]]) -> list[tuple[int
 class TokenizedSplit:
     """The token ids of a split's pairs (special tokens not stored), as flat arrays.
 
-    Pair i's source is src_ids[src_offsets[i] : src_offsets[i + 1]], its target likewise;
-    the id arrays may be memory-mapped files.
+    Pair i's source is src_ids[src_offsets[i] : src_offsets[i + 1]], its target
+    likewise; the id arrays may be memory-mapped files.
     """
 
     src_ids: np.ndarray
@@ -411,11 +447,13 @@ class TokenizedSplit:
         return len(self.src_offsets) - 1
 
     def lengths(self) -> np.ndarray:
-        """(n, 2): source and target lengths with their special tokens (<eos>, <bos>)."""
+        """(n, 2): source and target lengths with their special tokens (<eos>,
+        <bos>)."""
         return np.stack([np.diff(self.src_offsets), np.diff(self.tgt_offsets)], 1) + 1
 
     def batch(self, indices: np.ndarray, pad_multiple: int = 1) -> Batch:
-        """The pairs `indices` as a Batch, lengths padded up to a multiple of pad_multiple."""
+        """The pairs `indices` as a Batch, lengths padded up to a multiple of
+        pad_multiple."""
         indices = np.asarray(indices, dtype=np.int64)
         src, src_len = _gather(self.src_ids, self.src_offsets, indices, 0, pad_multiple)
         tgt_out, tgt_len = _gather(
@@ -431,8 +469,9 @@ class TokenizedSplit:
 def _gather(
     ids, offsets, indices, shift, pad_multiple
 ) -> tuple[np.ndarray, np.ndarray]:
-    """Rows of `ids` for `indices`, placed from column `shift` in a PAD-filled array with one
-    free column for the special token; returns the array and the row lengths."""
+    """Rows of `ids` for `indices`, placed from column `shift` in a PAD-filled array
+    with one free column for the special token; returns the array and the row
+    lengths."""
     starts, lengths = offsets[indices], offsets[indices + 1] - offsets[indices]
     width = _round_up(int(lengths.max(initial=0)) + 1, pad_multiple)
     out = np.full((len(indices), width), PAD, dtype=np.int64)
@@ -447,7 +486,8 @@ ChunkReader = Callable[[], Iterator[tuple[list[str], list[str]]]]
 
 
 def default_cache_dir() -> Path:
-    """$TRANSFORMER_CACHE, else $XDG_CACHE_HOME/transformer, else ~/.cache/transformer."""
+    """$TRANSFORMER_CACHE, else $XDG_CACHE_HOME/transformer, else
+    ~/.cache/transformer."""
     if "TRANSFORMER_CACHE" in os.environ:
         return Path(os.environ["TRANSFORMER_CACHE"])
     return (
@@ -476,7 +516,8 @@ def _in_chunks(pairs: Sequence[tuple[str, str]], size: int = 10_000) -> ChunkRea
 def corpus_splits(
     data: str, src_lang: str = "en", tgt_lang: str = "de"
 ) -> dict[str, tuple[str, ChunkReader]]:
-    """Each split's (fingerprint, reader of its (sources, targets) chunks); see load_corpus."""
+    """Each split's (fingerprint, reader of its (sources, targets) chunks); see
+    load_corpus."""
     if data == "numbers":  # generated at most once, and only when a split is read
         generate = functools.cache(number_corpus)
         version = importlib.metadata.version("num2words")
@@ -547,8 +588,8 @@ def _write_split(
 
 
 def _largest_id(path: Path, dtype: str) -> int:
-    """The largest id in a file, read in chunks (a memory map would count them all as the
-    process's own memory once touched)."""
+    """The largest id in a file, read in chunks (a memory map would count them all as
+    the process's own memory once touched)."""
     largest = -1
     with open(path, "rb") as file:
         while len(chunk := np.fromfile(file, dtype=dtype, count=1 << 22)):
@@ -557,7 +598,8 @@ def _largest_id(path: Path, dtype: str) -> int:
 
 
 def _read_split(folder: Path, split: str, meta: dict) -> TokenizedSplit:
-    """The split's arrays (ids memory-mapped), or ValueError saying what is wrong with them."""
+    """The split's arrays (ids memory-mapped), or ValueError saying what is wrong with
+    them."""
     for name, digest in meta["sha256"].items():
         if not (folder / name).is_file() or _file_sha256(folder / name) != digest:
             raise ValueError(f"{name} is missing or does not match its checksum")
@@ -579,7 +621,8 @@ def _read_split(folder: Path, split: str, meta: dict) -> TokenizedSplit:
             raise ValueError(f"the offsets of {split}.{side} do not index its ids")
         if _largest_id(path, meta["dtype"]) >= meta["vocab_size"]:
             raise ValueError(
-                f"{split}.{side} holds ids beyond the vocabulary of {meta['vocab_size']}"
+                f"{split}.{side} holds ids beyond the vocabulary of "
+                f"{meta['vocab_size']}"
             )
         arrays += [ids, offsets]
     return TokenizedSplit(*arrays)
@@ -587,7 +630,8 @@ def _read_split(folder: Path, split: str, meta: dict) -> TokenizedSplit:
 
 @dataclass
 class PreparedData:
-    """A tokenizer, the training and validation splits as arrays, and the test pairs as text."""
+    """A tokenizer, the training and validation splits as arrays, and the test pairs as
+    text."""
 
     tokenizer: Tokenizer
     train: TokenizedSplit
@@ -603,14 +647,16 @@ class PreparedData:
 
 
 def _cached_tokenizer(
-    cache: Path, train: tuple[str, ChunkReader], vocab_size: int
+    cache: Path, train: tuple[str, ChunkReader], vocab_size: int, lowercase: bool
 ) -> Tokenizer:
-    path = cache / "tokenizers" / f"{_sha256(train[0], str(vocab_size), 'bpe-v1')}.json"
+    salt = ["bpe-v1", "lowercase"] if lowercase else ["bpe-v1"]  # old keys unchanged
+    key = _sha256(train[0], str(vocab_size), *salt)
+    path = cache / "tokenizers" / f"{key}.json"
     if path.is_file():
         with contextlib.suppress(Exception):  # unreadable: train it again
             return Tokenizer.from_file(str(path))
     texts = (text for src, tgt in train[1]() for text in itertools.chain(src, tgt))
-    tokenizer = train_tokenizer(texts, vocab_size)
+    tokenizer = train_tokenizer(texts, vocab_size, lowercase)
     path.parent.mkdir(parents=True, exist_ok=True)
     temporary = path.with_name(f"{path.name}.{os.getpid()}.tmp")
     tokenizer.save(str(temporary))
@@ -656,7 +702,8 @@ def _load_or_build(
 
 @contextlib.contextmanager
 def _rank_zero_first() -> Iterator[None]:
-    """Under torch.distributed, rank 0 runs the block first and the other ranks after it."""
+    """Under torch.distributed, rank 0 runs the block first and the other ranks after
+    it."""
     distributed = dist.is_available() and dist.is_initialized()
     if distributed and dist.get_rank() != 0:
         dist.barrier()
@@ -672,13 +719,21 @@ def prepare_data(
     vocab_size: int = 8000,
     tokenizer: Tokenizer | None = None,
     cache_dir: str | Path | None = None,
+    lowercase: bool = False,
 ) -> PreparedData:
-    """Tokenize a corpus (see load_corpus) once and cache it; see PreparedData."""
+    """Tokenize a corpus (see load_corpus) once and cache it; see PreparedData.
+    lowercase: train the tokenizer with lowercase=True (see train_tokenizer); a given
+    tokenizer brings its own normalizer, and must lowercase if lowercase is asked."""
+    if tokenizer is not None and lowercase and not lowercases(tokenizer):
+        raise ValueError(
+            "lowercase=True asks for a tokenizer that lowercases; the one given keeps "
+            "the case (its normalizer decides, not this option)"
+        )
     splits = corpus_splits(data, src_lang, tgt_lang)
     cache = Path(cache_dir) if cache_dir is not None else default_cache_dir()
     with _rank_zero_first():
         if tokenizer is None:
-            tokenizer = _cached_tokenizer(cache, splits["train"], vocab_size)
+            tokenizer = _cached_tokenizer(cache, splits["train"], vocab_size, lowercase)
         kept = {s: splits[s] for s in ("train", "val") if s in splits}
         key = _sha256(
             *(f"{s}:{fingerprint}" for s, (fingerprint, _) in kept.items()),
@@ -693,10 +748,11 @@ def prepare_data(
 
 
 class BatchStream:
-    """Endless (batch, epoch, next index) from a sampler's epochs, starting at (epoch, index).
+    """Endless (batch, epoch, next index) from a sampler's epochs, starting at (epoch,
+    index).
 
-    prefetch: batches prepared ahead by a background thread (0: none); pin_memory: pin them
-    for asynchronous copies to a GPU.
+    prefetch: batches prepared ahead by a background thread (0: none); pin_memory: pin
+    them for asynchronous copies to a GPU.
     """
 
     def __init__(
@@ -766,6 +822,7 @@ __all__ = [
     'load_hub_dataset',
     'load_corpus',
     'train_tokenizer',
+    'lowercases',
     'encode_pairs',
     'TokenBatchSampler',
     'Batch',

@@ -1,5 +1,6 @@
 # Generated from book/results.md by tools/export.py: edit the chapter.
-"""BLEU with sacreBLEU, exact match, checkpoint averaging and evaluation of a model (§6)."""
+"""BLEU with sacreBLEU, exact match, checkpoint averaging and evaluation of a model
+(§6)."""
 
 from __future__ import annotations
 
@@ -13,6 +14,7 @@ from sacrebleu.metrics import BLEU, CHRF
 from sacremoses import MosesPunctNormalizer, MosesTokenizer
 from tokenizers import Tokenizer
 
+from transformer.data import lowercases
 from transformer.decoding import translate
 from transformer.model import Transformer
 from transformer.trainer import load_checkpoint, save_checkpoint
@@ -21,41 +23,52 @@ from transformer.trainer import load_checkpoint, save_checkpoint
 def _check_pairs(hypotheses: Sequence[str], references: Sequence[str]) -> None:
     if len(hypotheses) != len(references) or not references:
         raise ValueError(
-            f"one reference per hypothesis expected, at least one; got {len(hypotheses)} "
-            f"hypotheses and {len(references)} references"
+            "one reference per hypothesis expected, at least one; got "
+            f"{len(hypotheses)} hypotheses and {len(references)} references"
         )
 
 
 def corpus_bleu(
-    hypotheses: Sequence[str], references: Sequence[str]
+    hypotheses: Sequence[str], references: Sequence[str], lowercase: bool = False
 ) -> tuple[float, str]:
     """Corpus BLEU (0-100) of detokenized hypotheses against one reference each, and the
-    sacreBLEU signature of the settings (13a tokenization, case-sensitive)."""
+    sacreBLEU signature of the settings (13a tokenization, case-sensitive unless
+    lowercase: then both sides are lowercased, sacreBLEU's -lc, "case:lc")."""
     _check_pairs(hypotheses, references)
-    metric = BLEU()
+    metric = BLEU(lowercase=lowercase)
     score = metric.corpus_score(list(hypotheses), [list(references)])
     return score.score, str(metric.get_signature())
 
 
-def corpus_chrf(hypotheses: Sequence[str], references: Sequence[str]) -> float:
-    """Corpus chrF (0-100): F-score of character n-grams, n = 1..6, sacreBLEU's defaults."""
+def corpus_chrf(
+    hypotheses: Sequence[str], references: Sequence[str], lowercase: bool = False
+) -> float:
+    """Corpus chrF (0-100): F-score of character n-grams, n = 1..6, sacreBLEU's
+    defaults (lowercase: of the lowercased texts)."""
     _check_pairs(hypotheses, references)
-    return CHRF().corpus_score(list(hypotheses), [list(references)]).score
+    metric = CHRF(lowercase=lowercase)
+    return metric.corpus_score(list(hypotheses), [list(references)]).score
 
 
-def exact_match(hypotheses: Sequence[str], references: Sequence[str]) -> float:
-    """Fraction of hypotheses identical to their reference."""
+def exact_match(
+    hypotheses: Sequence[str], references: Sequence[str], lowercase: bool = False
+) -> float:
+    """Fraction of hypotheses identical to their reference (lowercase: ignoring
+    case)."""
     _check_pairs(hypotheses, references)
+    if lowercase:
+        hypotheses = [h.lower() for h in hypotheses]
+        references = [r.lower() for r in references]
     return sum(h == r for h, r in zip(hypotheses, references)) / len(references)
 
 
 def tokenized_bleu(
     hypotheses: Sequence[str], references: Sequence[str], lang: str
 ) -> tuple[float, str]:
-    """BLEU as Multi30k papers report it: hypotheses and references lowercased, punctuation
-    normalised and Moses-tokenized for language `lang` (the dataset's task1-tokenize.sh, with
-    sacremoses), then scored on those tokens as multi-bleu.perl does. Returns the score and
-    a signature of the steps."""
+    """BLEU as Multi30k papers report it: hypotheses and references lowercased,
+    punctuation normalised and Moses-tokenized for language `lang` (the dataset's
+    task1-tokenize.sh, with sacremoses), then scored on those tokens as multi-bleu.perl
+    does. Returns the score and a signature of the steps."""
     _check_pairs(hypotheses, references)
     normalizer, tokenizer = MosesPunctNormalizer(lang), MosesTokenizer(lang)
 
@@ -71,7 +84,8 @@ def tokenized_bleu(
 
 
 def last_checkpoints(folder: str | Path, n: int) -> list[Path]:
-    """The newest n checkpoint-STEP.pt files of a training run's folder, oldest first."""
+    """The newest n checkpoint-STEP.pt files of a training run's folder, oldest
+    first."""
     found = sorted(Path(folder).glob("checkpoint-*.pt"))
     if n < 1 or len(found) < n:
         raise ValueError(
@@ -114,9 +128,9 @@ AVERAGE = "checkpoint_average.pt"
 
 
 def write_final_model(folder: str | Path, n: int = 5) -> tuple[Path, str]:
-    """Average the newest n checkpoints of the last third of a run into folder/AVERAGE.
-    Returns the final model's path and a line saying which checkpoints went in, or why the
-    newest checkpoint is the final model."""
+    """Average the newest n checkpoints of the last third of a run into
+    folder/AVERAGE. Returns the final model's path and a line saying which checkpoints
+    went in, or why the newest checkpoint is the final model."""
     found = sorted(Path(folder).glob("checkpoint-*.pt"))
     if not found:
         raise FileNotFoundError(f"no checkpoint-STEP.pt in {folder}")
@@ -124,11 +138,14 @@ def write_final_model(folder: str | Path, n: int = 5) -> tuple[Path, str]:
     late = [path for path in found if 3 * step[path] >= 2 * step[found[-1]]][-n:]
     if n < 2 or len(late) < 2:
         (Path(folder) / AVERAGE).unlink(missing_ok=True)
-        why = "averaging is off" if n < 2 else "fewer than 2 in the last third of the run"
+        why = (
+            "averaging is off" if n < 2 else "fewer than 2 in the last third of the run"
+        )
         return found[-1], f"final model: {found[-1].name} ({why})"
     path = save_checkpoint(average_checkpoints(late), Path(folder) / AVERAGE)
     steps = ", ".join(str(step[p]) for p in late)
-    return path, f"final model: {AVERAGE}, the average of the checkpoints of steps {steps}"
+    note = f"final model: {AVERAGE}, the average of the checkpoints of steps {steps}"
+    return path, note
 
 
 def final_model(folder: str | Path) -> Path:
@@ -143,8 +160,8 @@ def final_model(folder: str | Path) -> Path:
 @dataclass
 class Scores:
     """Scores of one decoding of a test set: sacreBLEU (with its signature), the
-    lowercased tokenized BLEU of Multi30k papers (None when no target language was given),
-    chrF and exact match."""
+    lowercased tokenized BLEU of Multi30k papers (None when no target language was
+    given), chrF and exact match."""
 
     bleu: float
     signature: str
@@ -179,7 +196,10 @@ def evaluate(
     tgt_lang: str | None = None,
 ) -> tuple[Scores, list[str]]:
     """Translate the sources of (source, reference) pairs and score the translations;
-    tgt_lang (a Moses language code such as "de") adds the lowercased tokenized BLEU."""
+    tgt_lang (a Moses language code such as "de") adds the lowercased tokenized BLEU.
+    A tokenizer that lowercases (a model trained on lowercased text) is scored against
+    lowercased references: sacreBLEU and chrF with lowercase=True, exact match ignoring
+    case."""
     if not pairs:
         raise ValueError("evaluate needs at least one (source, reference) pair")
     started = time.perf_counter()
@@ -187,16 +207,15 @@ def evaluate(
         model, tokenizer, [s for s, _ in pairs], beam_size, alpha, batch_size, progress
     )
     seconds = time.perf_counter() - started
-    references = [r for _, r in pairs]
-    bleu, signature = corpus_bleu(hypotheses, references)
+    references, lowercase = [r for _, r in pairs], lowercases(tokenizer)
+    bleu, signature = corpus_bleu(hypotheses, references, lowercase)
     tokenized, tokenized_signature = (
         (None, None)
         if tgt_lang is None
         else tokenized_bleu(hypotheses, references, tgt_lang)
     )
-    chrf, exact = corpus_chrf(hypotheses, references), exact_match(
-        hypotheses, references
-    )
+    chrf = corpus_chrf(hypotheses, references, lowercase)
+    exact = exact_match(hypotheses, references, lowercase)
     scores = Scores(
         bleu,
         signature,
