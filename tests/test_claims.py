@@ -38,9 +38,10 @@ UNIT = (
     r"|\s?(?:ms|s|sec|seconds?|min|minutes?|(?:CPU|GPU)-(?:minutes?|hours?)|h|hours?"
     r"|days?)\b"
     r"|\s?(?:GB|GiB|MB|MiB|TB)\b"
-    r"|\s?[x×](?![\w×]|\s?\d))"
+    r"|\s?[x×](?![\w×]|\s?\d)|\s?times (?:faster|slower|as (?:fast|slow|much))\b)"
 )
-FIGURE = re.compile(rf"(?:{RANGE}){UNIT}")
+UNIT_FIRST = rf"\b(?:F1|(?:sacre)?BLEU|perplexity|MFU)(?: of| is| at)? {NUMBER}"
+FIGURE = re.compile(rf"(?:{RANGE}){UNIT}|{UNIT_FIRST}")
 
 HIDDEN = [  # what a reader does not meet as prose, in the order it is removed
     re.compile(r"\A---\n.*?\n---\n", re.S),  # front matter
@@ -84,7 +85,7 @@ def figures(path: Path) -> list[Figure]:
         start, end = max(0, match.start() - 40), min(len(text), match.end() + 40)
         context = " ".join(text[start:end].split())
         name = str(path.relative_to(ROOT))
-        found.append(Figure(name, line, match[0].strip(), context))
+        found.append(Figure(name, line, " ".join(match[0].split()), context))
     return found
 
 
@@ -143,6 +144,7 @@ def test_no_typed_figure_is_pending():
     "about 5 minutes of the 2-core CPU", "gains 3 to 10% on the GPU", "a 2.5x speed-up",
     "37.60 BLEU", "570k target tokens/s", "by 2 to 6 points", "10.4 GiB", "38.5 ms",
     "800 TFLOP/s", "about ±10%", "12 hours", "runs 3× faster", "five minutes",
+    "costs about three times as much", "F1 41 after 300 steps", "perplexity 5.12",
 ])
 def test_a_typed_figure_is_found(typed):
     assert FIGURE.search(prose(f"Prose: {typed}.\n")), typed
