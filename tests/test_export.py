@@ -57,6 +57,34 @@ def test_no_module_imports_the_package_init():
                 assert node.module, (module, node.lineno)
 
 
+def code_lines(chapter: Path):
+    """(line number, line) of every line inside the chapter's code cells."""
+    inside = False
+    for number, line in enumerate(chapter.read_text(encoding="utf-8").splitlines(), 1):
+        if line.startswith("```{code-cell}"):
+            inside = True
+        elif inside and line.startswith("```"):
+            inside = False
+        elif inside:
+            yield number, line
+
+
+@pytest.mark.parametrize("chapter", sorted((ROOT / "book").glob("*.md")), ids=lambda p: p.name)
+def test_no_code_line_is_wider_than_the_rendered_column(chapter):
+    """The book's column shows 88 characters (black's and ruff's width) without scrolling;
+    the package's modules are these cells, so they keep the width too."""
+    wide = [f"{chapter.name}:{n} ({len(line)})" for n, line in code_lines(chapter) if len(line) > 88]
+    assert not wide, f"code lines over 88 characters: {', '.join(wide)}"
+
+
+@pytest.mark.parametrize("module", sorted((ROOT / "transformer").glob("*.py")), ids=lambda p: p.name)
+def test_no_line_of_the_package_is_wider_than_88_characters(module):
+    """Methods written with @add_to_class move into their class one level deeper."""
+    lines = module.read_text(encoding="utf-8").splitlines()
+    wide = [f"{module.name}:{n} ({len(line)})" for n, line in enumerate(lines, 1) if len(line) > 88]
+    assert not wide, f"lines over 88 characters: {', '.join(wide)}"
+
+
 @pytest.fixture
 def package_copy(tmp_path):
     shutil.copytree(ROOT / "transformer", tmp_path / "transformer", ignore=shutil.ignore_patterns("__pycache__"))
