@@ -39,8 +39,9 @@ def run(command: str, cwd: Path, env: dict[str, str]) -> dict:
     started = time.perf_counter()
     done = subprocess.run(command, shell=True, cwd=cwd, env=env, capture_output=True, text=True)
     seconds = time.perf_counter() - started
-    output = done.stdout.splitlines()
-    errors = done.stderr.splitlines()
+    # the clone's temporary folder is no path of the repository's: CLONE stands for it
+    output = done.stdout.replace(str(cwd), "CLONE").splitlines()
+    errors = done.stderr.replace(str(cwd), "CLONE").splitlines()
     result = {"command": command, "seconds": round(seconds, 1), "returncode": done.returncode,
               "tail": output[-5:] + (errors[-5:] if done.returncode else [])}
     exact = [m for line in output if (m := re.search(r"exact match on the test split ([\d.]+)%", line))]

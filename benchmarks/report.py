@@ -46,13 +46,17 @@ def _output(command: list[str]) -> str | None:
 
 
 def git_state() -> dict:
-    """The commit of the checkout and whether tracked files differ from it."""
+    """The commit of the checkout and whether its files differ from it (untracked files
+    included, records in benchmarks/results/ excepted: a benchmark writes those)."""
     if "BENCHMARK_COMMIT" in os.environ:
         dirty = os.environ.get("BENCHMARK_DIRTY")
         return {"commit": os.environ["BENCHMARK_COMMIT"], "dirty": None if dirty is None else dirty == "1"}
     commit = _output(["git", "rev-parse", "HEAD"])
-    status = _output(["git", "status", "--porcelain", "--untracked-files=no"])
+    status = _output(["git", "status", "--porcelain", "--", ".", ":(exclude)benchmarks/results"])
     return {"commit": commit, "dirty": None if status is None else bool(status)}
+
+
+GIT = git_state()  # read when the benchmark starts: the code that ran, not what was edited later
 
 
 def versions() -> dict:
@@ -74,14 +78,34 @@ def hardware(device: torch.device | None = None) -> dict:
             "cuda": torch.version.cuda, "driver": driver.splitlines()[0] if driver else None}
 
 
+def _from_repo(word: str) -> str:
+    """A path argument as seen from the repository's root (where the record's command is
+    run): inside the repository relative to it, beside it (../shared) relative to it too,
+    elsewhere as given (a test's temporary folder; tests/test_benchmarks.py keeps such
+    paths out of the committed records)."""
+    path = Path(word)
+    if not path.is_absolute() and Path.cwd() == REPO:
+        return word
+    if not path.is_absolute() and "/" not in word and not path.exists():
+        return word  # not a path: a preset's name, a number
+    resolved = path.resolve()
+    if resolved.is_relative_to(REPO.parent):
+        return os.path.relpath(resolved, REPO)
+    return word
+
+
 def command_line() -> str:
-    """python and the arguments, absolute paths inside the repository made relative to it."""
-    words = []
-    for word in [sys.argv[0], *sys.argv[1:]]:
-        path = Path(word)
-        if path.is_absolute() and path.resolve().is_relative_to(REPO):
-            word = path.resolve().relative_to(REPO).as_posix()
-        words.append(word)
+    """python and the arguments, paths relative to the repository (see _from_repo), also in
+    --option=PATH."""
+    words = [_from_repo(sys.argv[0])]
+    for word in sys.argv[1:]:
+        option, equals, value = word.partition("=")
+        if equals and option.startswith("--"):
+            words.append(f"{option}={_from_repo(value)}")
+        elif word.startswith("-") or not word:
+            words.append(word)
+        else:
+            words.append(_from_repo(word))
     return "python " + " ".join(words)
 
 
@@ -92,7 +116,7 @@ def write_report(path: Path, results: dict, device: torch.device | None = None) 
         "command": command_line(),
         "machine": machine(device),
         "torch": torch.__version__,
-        "git": git_state(),
+        "git": GIT,
         "versions": versions(),
         "hardware": hardware(device),
         "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),

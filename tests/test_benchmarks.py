@@ -1,6 +1,7 @@
 """The benchmark scripts still run (on tiny inputs; their numbers come from the full runs)."""
 
 import json
+import re
 import runpy
 import subprocess
 import sys
@@ -102,3 +103,52 @@ def test_trainer_step_flops_written_out_agree_with_flop_counter_mode(monkeypatch
         label_smoothed_loss(model(src, tgt, check_ids=False), tgt, 0.1).backward()
     written = useful_flops(config, torch.full((100,), 30), torch.full((100,), 25))
     assert abs(written / counter.get_total_flops() - 1) < 0.01
+
+
+RESULTS = BENCHMARKS / "results"
+ABSOLUTE = re.compile(r"(?<![\w.:])/(?:tmp|root|home|work|var|private|Users)/")
+
+
+@pytest.mark.parametrize("record", sorted(p.name for p in RESULTS.glob("*.json")))
+def test_no_record_names_a_path_of_the_machine_that_made_it(record):
+    """A record's command is re-run from the repository's root: an absolute path of the
+    machine that ran it (a temporary folder, a home) could not be."""
+    text = (RESULTS / record).read_text()
+    found = sorted({m.group(0) for m in ABSOLUTE.finditer(text)})
+    assert not found, f"{record} holds absolute paths starting {found}"
+
+
+@pytest.mark.parametrize("record", sorted(p.name for p in RESULTS.glob("*.json")))
+def test_every_record_has_its_provenance_or_says_what_it_lacks(record):
+    report = json.loads((RESULTS / record).read_text())
+    fields = {"command", "machine", "git", "versions", "hardware", "date", "wall_s"}
+    missing = fields - set(report)
+    assert not missing or report.get("lacks"), f"{record} lacks {sorted(missing)} unsaid"
+
+
+def test_report_writes_the_command_from_the_repository_and_the_code_that_ran(
+    tmp_path, monkeypatch
+):
+    """Run from benchmarks/ with relative and absolute paths, the command names them as
+    seen from the root; an edit after the start does not change the recorded commit."""
+    monkeypatch.syspath_prepend(str(BENCHMARKS))
+    import report
+
+    root = BENCHMARKS.parent
+    monkeypatch.chdir(BENCHMARKS)
+    monkeypatch.setattr(sys, "argv", [
+        "trainer_step.py", "--presets", "base", "--out", "results/x.json",
+        f"--data={root.parent / 'shared' / 'data'}", str(root / "runs" / "a"),
+        str(tmp_path / "y.json"),
+    ])
+    assert report.command_line() == (
+        "python benchmarks/trainer_step.py --presets base --out benchmarks/results/x.json "
+        f"--data=../shared/data runs/a {tmp_path / 'y.json'}"
+    )
+    out = tmp_path / "record.json"
+    monkeypatch.setattr(report, "GIT", {"commit": "abc", "dirty": False})
+    report.write_report(out, {"figure": 1})
+    written = json.loads(out.read_text())
+    assert written["git"] == {"commit": "abc", "dirty": False} and written["figure"] == 1
+    assert {"python", "torch", "tokenizers", "sacrebleu"} <= set(written["versions"])
+    assert written["hardware"]["threads"] >= 1 and not list(tmp_path.glob("*.tmp"))
