@@ -49,9 +49,10 @@ test-browser: book
 book: install
 	$(BIN)/jupyter-book build . --warningiserror --nitpick --keep-going
 
-# Train the small preset on the embedded number corpus (about 10 minutes on a 2-core CPU). The
-# budget is in steps, so a slower machine trains the same model for longer; the final model is
-# the average of the run's last checkpoints (runs/numbers/checkpoint_average.pt).
+# Train the small preset on the embedded number corpus (the README says how long it takes on a
+# 2-core CPU, from benchmarks/results/fresh_clone.json). The budget is in steps, so a slower
+# machine trains the same model for longer; the final model is the average of the run's last
+# checkpoints (runs/numbers/checkpoint_average.pt).
 train: install
 	$(BIN)/python -m transformer train --preset small --max-steps 1000 --out runs/numbers --overwrite
 

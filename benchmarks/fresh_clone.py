@@ -6,16 +6,14 @@ trained runs (TRANSFORMER_CACHE), runs the commands in order, and records each o
 exit status and last lines of output. pip's own download cache is the user's, as on any machine
 that installed these packages before.
 
-    python benchmarks/fresh_clone.py --commands "make install" "make test" "make book" \\
-        "make train" --out benchmarks/results/fresh_clone.json
     T=".venv/bin/python -m transformer train --preset small --max-steps 1000 --out runs/numbers --overwrite"
-    python benchmarks/fresh_clone.py --commands "make train" "$T --seed 1" "$T --seed 2" \\
-        --out benchmarks/results/make_train.json
+    python benchmarks/fresh_clone.py --commands "make install" "make test" "make book" \\
+        "make train" "$T --seed 1" "$T --seed 2" --out benchmarks/results/fresh_clone.json
 
-The second form runs `make train` and then its command with two other seeds: the same run
-repeats exactly on one machine, and a seed changes the initial weights and the dropout masks
-as another machine's rounding changes the run in effect. The summary line of each ("done: ...
-exact match on the test split ...") is recorded.
+After `make train`, its command runs with two other seeds: the same run repeats exactly on
+one machine, and a seed changes the initial weights and the dropout masks as another
+machine's rounding changes the run in effect. The summary line of each ("done: ... exact
+match on the test split ...") is recorded.
 """
 
 from __future__ import annotations

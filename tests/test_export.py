@@ -77,6 +77,25 @@ def test_no_code_line_is_wider_than_the_rendered_column(chapter):
     assert not wide, f"code lines over 88 characters: {', '.join(wide)}"
 
 
+@pytest.mark.parametrize("chapter", sorted((ROOT / "book").glob("*.md")), ids=lambda p: p.name)
+def test_no_code_cell_is_longer_than_60_lines(chapter):
+    """A cell a reader takes in at a glance: at most 60 lines, its options not counted."""
+    cells: dict[int, list[str]] = {}
+    start = None
+    for number, line in code_lines(chapter):
+        if start is None or number != previous + 1:
+            start = number
+        cells.setdefault(start, []).append(line)
+        previous = number
+    long = []
+    for start, lines in cells.items():
+        while lines and (lines[0].startswith(":") or not lines[0].strip()):
+            lines = lines[1:]  # the cell's options (:tags:) and the blank line after them
+        if len(lines) > 60:
+            long.append(f"{chapter.name}:{start} ({len(lines)})")
+    assert not long, f"code cells over 60 lines: {', '.join(long)}"
+
+
 @pytest.mark.parametrize("module", sorted((ROOT / "transformer").glob("*.py")), ids=lambda p: p.name)
 def test_no_line_of_the_package_is_wider_than_88_characters(module):
     """Methods written with @add_to_class move into their class one level deeper."""

@@ -503,15 +503,8 @@ def _translate(args: argparse.Namespace) -> int:
     with tqdm(
         total=len(sentences), unit="sentence", disable=None if args.input else True
     ) as bar:
-        outputs = translate(
-            model,
-            tokenizer,
-            sentences,
-            args.beam,
-            args.alpha,
-            args.batch_size,
-            bar.update,
-        )
+        outputs = translate(model, tokenizer, sentences, args.beam, args.alpha,
+                            args.batch_size, bar.update)
     outputs = [" ".join(line.splitlines()) for line in outputs]  # one line each
     if args.output:
         _write_atomically(args.output, outputs)
