@@ -97,8 +97,8 @@ def main() -> None:
         trainer = Trainer.from_config(model_config, config, work / "run")
         for _ in range(args.warmup):
             trainer.train_step()
-        plan = trainer.sampler.epoch(trainer.epoch)[trainer.batch_index : trainer.batch_index + args.steps]
-        batches = [trainer.data.train.batch(indices, trainer.pad_multiple).to(device) for indices in plan]
+        plan = trainer.batches.sampler.epoch(trainer.batches.epoch)[trainer.batches.index : trainer.batches.index + args.steps]
+        batches = [trainer.data.train.batch(indices, trainer.batches.pad_multiple).to(device) for indices in plan]
         batches = iter(batches * 2)
 
         def next_bare_step():

@@ -21,7 +21,7 @@ from pathlib import Path
 import torch
 
 from report import write_report
-from transformer import Trainer, TrainingConfig, TransformerConfig
+from transformer import Trainer, TrainingConfig, TransformerConfig, evaluate
 
 BASE = {"d_model": 128, "n_heads": 4, "d_ff": 512, "n_layers": 2, "dropout": 0.1}
 TRAINING = {"data": "numbers", "vocab_size": 200, "max_tokens": 2000, "warmup_steps": 200,
@@ -59,7 +59,8 @@ def run(model_overrides: dict, training_overrides: dict, steps: int) -> dict:
         return {
             "parameters": sum(p.numel() for p in trainer.model.parameters()),
             "val_ppl": result["val_ppl"],
-            "exact_match": trainer.exact_match(),
+            "exact_match": evaluate(trainer.model, trainer.data.tokenizer, trainer.data.test,
+                                    beam_size=1)[0].exact_match,
         }
 
 

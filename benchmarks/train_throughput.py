@@ -166,8 +166,8 @@ def trainer_end_to_end(model_config, device, precision, max_tokens, warmup, step
     trainer = Trainer.from_config(model_config, config, work / "run")
     for _ in range(warmup):
         trainer.train_step()  # warm-up (and compilation)
-    plan = trainer.sampler.epoch(trainer.epoch)[trainer.batch_index : trainer.batch_index + steps]
-    batches = [trainer.data.train.batch(indices, trainer.pad_multiple).to(device) for indices in plan]
+    plan = trainer.batches.sampler.epoch(trainer.batches.epoch)[trainer.batches.index : trainer.batches.index + steps]
+    batches = [trainer.data.train.batch(indices, trainer.batches.pad_multiple).to(device) for indices in plan]
 
     def bare_steps() -> float:  # the same computation, the batches already there
         sync(device)

@@ -128,8 +128,8 @@ def measure(model_config, corpus: Path, args, work: Path, changes: dict | None =
     config = trainer.model.config  # with the vocabulary of the tokenizer
     peak = next((v for k, v in PEAK_TFLOPS.items() if device.type == "cuda" and k in torch.cuda.get_device_name(device)), None)
     seen = []  # the batches train_step takes, as it takes them
-    next_batch = trainer._next_batch
-    trainer._next_batch = lambda: seen.append(next_batch()) or seen[-1]
+    next_batch = trainer.batches.next
+    trainer.batches.next = lambda: seen.append(next_batch()) or seen[-1]
     repeats = []
     for _ in range(args.repeats):
         seen.clear()

@@ -26,6 +26,7 @@ from transformer import (
     load_corpus,
     load_model,
     save_checkpoint,
+    evaluate,
     train_once,
 )
 from transformer.trainer import (
@@ -57,8 +58,26 @@ def test_a_tiny_model_overfits_a_handful_of_pairs(tiny_corpus, tmp_path):
     result = trainer.fit(progress=False)
     assert result["loss"] < 0.05
     seen = load_corpus(str(tiny_corpus)).splits["train"][:16]
-    assert trainer.exact_match(seen) == 1.0
-    assert trainer.exact_match(seen, beam_size=4) == 1.0, "beam search keeps what greedy finds on a sure model"
+    model, tokenizer = trainer.model, trainer.data.tokenizer
+    assert evaluate(model, tokenizer, seen, beam_size=1)[0].exact_match == 1.0
+    assert evaluate(model, tokenizer, seen, beam_size=4)[0].exact_match == 1.0, (
+        "beam search keeps what greedy finds on a sure model")
+
+
+def test_train_batches_follow_the_sampler_over_epochs_and_from_any_position(tiny_corpus, tmp_path):
+    trainer = Trainer.from_config(TINY, _config(tiny_corpus, max_tokens=200), tmp_path / "run")
+    stream, split = trainer.batches, trainer.data.train
+    plan = [(e, i) for e in range(3) for i in range(len(stream.sampler.epoch(e)))]
+    expected = [split.batch(stream.sampler.epoch(e)[i], stream.pad_multiple) for e, i in plan]
+    for want in expected:  # the uninterrupted stream, prefetched in a thread
+        got = stream.next()
+        assert torch.equal(got.src, want.src) and torch.equal(got.tgt_out, want.tgt_out)
+    middle = len(plan) // 2
+    stream.seek(*plan[middle])
+    for want in expected[middle:]:
+        assert torch.equal(stream.next().tgt_in, want.tgt_in)
+    assert (stream.epoch, stream.index) == (plan[-1][0], plan[-1][1] + 1), "the next position"
+    stream.close()
 
 
 def test_resume_gives_the_same_parameters_as_an_uninterrupted_run(tiny_corpus, tmp_path):
@@ -67,9 +86,9 @@ def test_resume_gives_the_same_parameters_as_an_uninterrupted_run(tiny_corpus, t
     first = Trainer.from_config(TINY, _config(tiny_corpus, max_tokens=200, max_steps=4), tmp_path / "split")
     first.fit(progress=False)
     resumed = Trainer.resume(tmp_path / "split", max_steps=6)
-    assert resumed.step == 4 and (resumed.epoch, resumed.batch_index) == (first.epoch, first.batch_index)
+    assert resumed.step == 4 and (resumed.batches.epoch, resumed.batches.index) == (first.batches.epoch, first.batches.index)
     resumed.fit(progress=False)
-    assert len(whole.sampler) < 6 and whole.epoch == resumed.epoch >= 1, "the run crossed an epoch boundary"
+    assert len(whole.batches.sampler) < 6 and whole.batches.epoch == resumed.batches.epoch >= 1, "the run crossed an epoch boundary"
     for (name, a), b in zip(whole.model.state_dict().items(), resumed.model.state_dict().values()):
         assert torch.equal(a, b), name
 
@@ -113,7 +132,7 @@ def test_prefetching_does_not_change_the_run(tiny_corpus, tmp_path):
 def test_max_tokens_is_the_update_shared_by_accumulated_batches(tiny_corpus, tmp_path):
     one = Trainer.from_config(TINY, _config(tiny_corpus, max_tokens=240), tmp_path / "one")
     four = Trainer.from_config(TINY, _config(tiny_corpus, max_tokens=240, accumulate=4), tmp_path / "four")
-    assert one.sampler.max_tokens == 240 and four.sampler.max_tokens == 60
+    assert one.batches.sampler.max_tokens == 240 and four.batches.sampler.max_tokens == 60
     with pytest.raises(ValueError, match=r"max_tokens=8 per update, over 1 process\(es\) x 4 accumulated batch"):
         Trainer.from_config(TINY, _config(tiny_corpus, max_tokens=8, accumulate=4), tmp_path / "too-small")
 

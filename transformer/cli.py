@@ -362,7 +362,9 @@ def _train(args: argparse.Namespace) -> int:
             )
         if trainer.config.data == "numbers":  # the final model's
             trainer.model.load_state_dict(load_checkpoint(final)["model"])
-            summary += f"; exact match on the test split {trainer.exact_match():.1%}"
+            scores, _ = evaluate(trainer.model, trainer.data.tokenizer,
+                                 trainer.data.test, beam_size=1)
+            summary += f"; exact match on the test split {scores.exact_match:.1%}"
         print(f"{summary}; final model {final}")
     return 0
 

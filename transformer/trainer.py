@@ -38,7 +38,6 @@ from transformer.data import (
     default_cache_dir,
     prepare_data,
 )
-from transformer.decoding import translate
 from transformer.model import Transformer, TransformerConfig
 from transformer.training import label_smoothed_loss, make_optimizer
 
@@ -361,6 +360,38 @@ def rank_sampler(
         ) from error
 
 
+class TrainBatches:
+    """The training batches of one process, in its sampler's order from (epoch, index)
+    on, prepared ahead in a background thread and moved to `device`."""
+
+    def __init__(self, split: TokenizedSplit, sampler: TokenBatchSampler,
+                 pad_multiple: int, prefetch: int, device: torch.device):
+        self.split, self.sampler, self.pad_multiple = split, sampler, pad_multiple
+        self.prefetch, self.device = prefetch, device
+        self.epoch, self.index = 0, 0  # the position of the next batch
+        self._stream: Iterator[tuple[Batch, int, int]] | None = None
+
+    def next(self) -> Batch:
+        if self._stream is None:
+            self._stream = iter(BatchStream(
+                self.split, self.sampler, self.epoch, self.index, self.pad_multiple,
+                self.prefetch, pin_memory=self.device.type == "cuda",
+            ))
+        batch, self.epoch, self.index = next(self._stream)
+        return batch.to(self.device)
+
+    def seek(self, epoch: int, index: int) -> None:
+        """Continue from batch `index` of epoch `epoch` (a checkpoint's position)."""
+        self.close()
+        self.epoch, self.index = epoch, index
+
+    def close(self) -> None:
+        """Stop the background thread; a later `next` starts another."""
+        if self._stream is not None:
+            self._stream.close()
+            self._stream = None
+
+
 def init_distributed(device: torch.device) -> tuple[int, int]:
     """(rank, world_size) from torchrun's environment; joins the process group once."""
     rank = int(os.environ.get("RANK", 0))
@@ -537,8 +568,8 @@ def training_state(trainer: Trainer) -> dict:
         "schedule": trainer.schedule.state_dict(),
         "scaler": trainer.scaler.state_dict(),
         "step": trainer.step,
-        "epoch": trainer.epoch,
-        "batch_index": trainer.batch_index,
+        "epoch": trainer.batches.epoch,
+        "batch_index": trainer.batches.index,
         "rng": [r.cpu() for r in rng],
         "cuda_rng": [r.cpu() for r in cuda_rng],
     }
@@ -556,8 +587,8 @@ def restore_training_state(trainer: Trainer, state: dict) -> None:
     trainer.optimizer.load_state_dict(state["optimizer"])
     trainer.schedule.load_state_dict(state["schedule"])
     trainer.scaler.load_state_dict(state["scaler"])
-    trainer.step, trainer.epoch = state["step"], state["epoch"]
-    trainer.batch_index = state["batch_index"]
+    trainer.step = state["step"]
+    trainer.batches.seek(state["epoch"], state["batch_index"])
     torch.set_rng_state(state["rng"][trainer.rank])
     if trainer.device.type == "cuda":
         torch.cuda.set_rng_state(state["cuda_rng"][trainer.rank], trainer.device)
@@ -627,13 +658,14 @@ class Trainer:
         self.scaler = torch.amp.GradScaler(self.device.type, enabled=fp16)
         cuda = self.device.type == "cuda"
         self.compile = cuda if config.compile is None else config.compile
-        self.pad_multiple = config.pad_multiple or (8 if self.compile else 1)
-        self.sampler = rank_sampler(data.train.lengths(), config, self.rank,
-                                    self.world_size, self.pad_multiple)
-        self.step, self.epoch, self.batch_index = 0, 0, 0
+        pad_multiple = config.pad_multiple or (8 if self.compile else 1)
+        sampler = rank_sampler(data.train.lengths(), config, self.rank, self.world_size,
+                               pad_multiple)
+        self.batches = TrainBatches(data.train, sampler, pad_multiple, config.prefetch,
+                                    self.device)
+        self.step = 0
         self.network = data_parallel(self.model, self.device, self.world_size)
         self.forward_loss = torch.compile(self._loss) if self.compile else self._loss
-        self._stream: Iterator[tuple[Batch, int, int]] | None = None
 
     @classmethod
     def from_config(
@@ -674,21 +706,12 @@ class Trainer:
             logits = self.network(src, tgt_in, check_ids=False)
         return label_smoothed_loss(logits, tgt_out, self.config.label_smoothing)
 
-    def _next_batch(self) -> Batch:
-        if self._stream is None:
-            self._stream = iter(BatchStream(
-                self.data.train, self.sampler, self.epoch, self.batch_index,
-                self.pad_multiple, self.config.prefetch, self.device.type == "cuda",
-            ))
-        batch, self.epoch, self.batch_index = next(self._stream)
-        return batch.to(self.device)
-
     def train_step(self) -> tuple[Tensor, int]:
         """One update. Returns this process's summed label-smoothed loss, a tensor left
         on the device (reading it would make the host wait), and its number of target
         tokens."""
         self.network.train()
-        batches = [self._next_batch() for _ in range(self.config.accumulate)]
+        batches = [self.batches.next() for _ in range(self.config.accumulate)]
         n_tokens = sum(batch.n_tokens for batch in batches)
         # the target tokens of the whole update, over every process
         total = sum_over_ranks(n_tokens, self.world_size, self.device)
@@ -722,17 +745,8 @@ class Trainer:
         """Validation loss per target token (no label smoothing) and perplexity."""
         if self.data.valid is None:
             return {}
-        budget = self.sampler.max_tokens
+        budget = self.batches.sampler.max_tokens
         return validation_loss(self.model, self.data.valid, budget, self.dtype)
-
-    def exact_match(self, pairs: list[tuple[str, str]] | None = None,
-                    beam_size: int = 1) -> float:
-        """Fraction of pairs (default: the test split) translated exactly as their
-        reference."""
-        pairs = self.data.test if pairs is None else pairs
-        hypotheses = translate(self.model, self.data.tokenizer, [s for s, _ in pairs],
-                               beam_size=beam_size)
-        return sum(h == ref for h, (_, ref) in zip(hypotheses, pairs)) / len(pairs)
 
     def _log(self, record: dict) -> None:
         if self.rank == 0:
@@ -810,9 +824,7 @@ def holding_folder(trainer: Trainer) -> Iterator[None]:
             forget_metrics_after(out, trainer.step)
             yield
     finally:
-        if trainer._stream is not None:
-            trainer._stream.close()
-            trainer._stream = None
+        trainer.batches.close()
 
 
 def stopped_by_signal(trainer: Trainer, metrics: dict, signum: int) -> dict:
@@ -893,6 +905,7 @@ __all__ = [
     'keep_freed_memory',
     'TrainingConfig',
     'rank_sampler',
+    'TrainBatches',
     'init_distributed',
     'data_parallel',
     'sum_over_ranks',
