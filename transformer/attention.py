@@ -87,8 +87,14 @@ class KeyValueCache:
     key: Tensor | None = None  # (batch, h, steps, d_k)
     value: Tensor | None = None  # (batch, h, steps, d_v)
 
-    def __len__(self) -> int:
+    @property
+    def steps(self) -> int:
+        """Positions held. A size of the key tensor, so that under torch.export it stays
+        symbolic; len() must return a Python int and would fix it to the example's."""
         return 0 if self.key is None else self.key.size(2)
+
+    def __len__(self) -> int:
+        return self.steps
 
     def reorder(self, index: Tensor) -> None:
         """Keep the batch rows `index` (beam search: the hypotheses that survive a

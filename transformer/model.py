@@ -544,7 +544,7 @@ class Transformer(nn.Module):
                 f"memory must have shape (batch={tgt.size(0)}, n, "
                 f"d_model={self.config.d_model}); got {tuple(memory.shape)}"
             )
-        start = 0 if cache is None else len(cache[0][0])
+        start = 0 if cache is None else cache[0][0].steps
         x = self.tgt_embed(tgt, check_ids=False)
         x = self.dropout(self.tgt_positions(x, start=start))
         return self.output(self.decoder(x, memory, memory_mask, cache))
