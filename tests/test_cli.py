@@ -18,7 +18,7 @@ def test_python_m_transformer_runs_the_command_line():
     assert result.returncode == 0 and "usage: python -m transformer" in result.stdout
 
 
-@pytest.mark.parametrize("command", ["train", "translate", "evaluate", "average"])
+@pytest.mark.parametrize("command", ["train", "translate", "evaluate", "average", "export"])
 def test_every_command_has_help(command, capsys):
     with pytest.raises(SystemExit) as exit:
         main([command, "--help"])

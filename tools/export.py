@@ -81,6 +81,7 @@ PUBLIC = {
     "evaluation": ["evaluate", "Scores", "corpus_bleu", "corpus_chrf", "tokenized_bleu",
                    "exact_match"],
     "attention maps": ["attention_weights", "plot_attention"],
+    "deployment": ["export_onnx", "OnnxTranslator"],
     "the command line": ["main"],
 }
 MAX_PUBLIC = 40

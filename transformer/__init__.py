@@ -30,6 +30,10 @@ from .decoding import (
     greedy_decode,
     beam_search,
 )
+from .deploy import (
+    export_onnx,
+    OnnxTranslator,
+)
 from .evaluation import (
     average_checkpoints,
     last_checkpoints,
@@ -96,5 +100,7 @@ __all__ = [
     'exact_match',
     'attention_weights',
     'plot_attention',
+    'export_onnx',
+    'OnnxTranslator',
     'main',
 ]

@@ -16,6 +16,7 @@ from tqdm import tqdm
 
 from transformer.data import load_corpus, lowercases, prepare_data
 from transformer.decoding import translate
+from transformer.deploy import export_onnx
 from transformer.evaluation import (
     average_checkpoints,
     evaluate,
@@ -32,6 +33,7 @@ from transformer.trainer import (
     load_checkpoint,
     load_model,
     model_and_data,
+    newest_checkpoints,
     pick_device,
     save_checkpoint,
 )
@@ -574,6 +576,41 @@ def _average(args: argparse.Namespace) -> int:
     return 0
 
 
+def _add_export(commands: argparse._SubParsersAction) -> None:
+    export = commands.add_parser(
+        "export",
+        help="write a checkpoint as ONNX graphs for onnxruntime",
+        description="Write the encoder and one cached decoding step as ONNX graphs, "
+        "the tokenizer and model.json into a folder. Example:\n"
+        "  python -m transformer export --checkpoint runs/numbers "
+        "--out runs/numbers-onnx",
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    export.add_argument("--checkpoint", required=True,
+                        help="a checkpoint file, or a run folder (its final model)")
+    export.add_argument("--out", required=True, help="the folder to write")
+    export.add_argument("--overwrite", action="store_true",
+                        help="replace --out if it exists (otherwise refused)")
+
+
+def _export(args: argparse.Namespace) -> int:
+    path = _checkpoint(args.checkpoint)
+    state = load_checkpoint(path)
+    model, tokenizer = load_model(path)
+    run = newest_checkpoints(path.parent, 1)  # an average has no training settings
+    training = state.get("training_config") or (
+        load_checkpoint(run[0]).get("training_config", {}) if run else {})
+    about = {"checkpoint": path.name, "step": state.get("step"),
+             "averaged_from": [Path(p).name for p in state.get("averaged_from", [])],
+             "src_lang": training.get("src_lang"), "tgt_lang": training.get("tgt_lang"),
+             "data": training.get("data")}
+    export_onnx(model, tokenizer, args.out, about, args.overwrite)
+    sizes = ", ".join(f"{file.name} {file.stat().st_size / 1e6:.1f} MB"
+                      for file in sorted(Path(args.out).iterdir()))
+    print(f"wrote {args.out}: {sizes}")
+    return 0
+
+
 def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="python -m transformer",
@@ -585,6 +622,7 @@ def _parser() -> argparse.ArgumentParser:
     commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     _add_train(commands)
     _add_use(commands)
+    _add_export(commands)
     return parser
 
 
@@ -596,6 +634,7 @@ def main(argv: list[str] | None = None) -> int:
         "translate": _translate,
         "evaluate": _evaluate,
         "average": _average,
+        "export": _export,
     }
     try:
         return run[args.command](args)

@@ -1,0 +1,155 @@
+"""The ONNX graphs against PyTorch (book/deploy.md): every output checked against the model
+run without a cache (the whole prefix recomputed) or against torch's own attention weights;
+greedy translations against `translate`; bad input refused with nothing left on disk."""
+
+import json
+
+import numpy as np
+import onnx
+import onnxruntime
+import pytest
+import torch
+from tokenizers import Tokenizer
+
+from transformer import (
+    OnnxTranslator,
+    Transformer,
+    TransformerConfig,
+    attention_weights,
+    export_onnx,
+    train_tokenizer,
+    translate,
+)
+from transformer.attention import padding_mask
+from transformer.cli import main
+from transformer.data import BOS, EOS, PAD
+from transformer.deploy import _check_dynamic
+
+SENTENCES = [f"{a} {b} and {c}" for a in ("one", "two", "three") for b in ("red", "blue")
+             for c in ("cats", "dogs", "birds")]
+
+
+@pytest.fixture(scope="module", params=["post-LN", "pre-LN, learned positions"])
+def exported(request, tmp_path_factory):
+    tokenizer = train_tokenizer(iter(SENTENCES * 2), vocab_size=60)
+    vocab = tokenizer.get_vocab_size()
+    pre = request.param != "post-LN"
+    config = TransformerConfig(src_vocab_size=vocab, tgt_vocab_size=vocab, d_model=32, n_heads=4,
+                               d_ff=64, n_layers=2, dropout=0.0, norm_first=pre,
+                               positional="learned" if pre else "sinusoidal", max_len=64)
+    torch.manual_seed(0)
+    model = Transformer(config).eval()
+    folder = tmp_path_factory.mktemp("onnx") / "model"
+    export_onnx(model, tokenizer, folder)
+    sessions = {name: onnxruntime.InferenceSession(str(folder / f"{name}.onnx"))
+                for name in ("encoder", "step")}
+    return model, tokenizer, folder, sessions
+
+
+def _source(batch, n, vocab):
+    """Sentences as a beam holds them: each row twice (one row when batch is 1)."""
+    torch.manual_seed(batch * 100 + n)
+    src = torch.randint(4, vocab, (max(batch // 2, 1), n))
+    src[0, n - 2 :] = PAD  # a padded sentence
+    return src if batch == 1 else src.repeat_interleave(2, 0)
+
+
+def _log_probs(logits):  # the written-out formula: <pad> and <bos> are never generated
+    logits = logits.clone()
+    logits[:, [PAD, BOS]] = float("-inf")
+    return torch.log_softmax(logits, -1)
+
+
+@pytest.mark.parametrize("batch, n", [(1, 3), (4, 9), (6, 17)])
+def test_steps_equal_the_model_recomputing_the_whole_prefix(exported, batch, n):
+    model, _, folder, sessions = exported
+    meta = json.loads((folder / "model.json").read_text())
+    src = _source(batch, n, model.config.src_vocab_size)
+    memory, *cross = sessions["encoder"].run(None, {"src": src.numpy()})
+    with torch.no_grad():
+        torch.testing.assert_close(torch.from_numpy(memory), model.encode(src), atol=1e-5, rtol=1e-4)
+    past = [np.zeros((batch, 4, 0, 8), np.float32)] * (2 * meta["n_layers"])
+    prefix = torch.full((batch, 1), BOS)
+    rows = np.arange(batch)
+    for step in range(6):
+        inputs = [prefix[:, -1:].numpy(), src.numpy(), memory, rows, *past, *cross]
+        log_probs, attention, *past = sessions["step"].run(None, dict(zip(meta["step_inputs"], inputs)))
+        with torch.no_grad():
+            logits = model.decode(prefix, model.encode(src), padding_mask(src, PAD))[:, -1]
+            weights = attention_weights(model, src, prefix)[f"decoder.{meta['n_layers'] - 1}.cross"]
+        expected = _log_probs(logits)
+        finite = torch.isfinite(expected)
+        torch.testing.assert_close(torch.from_numpy(log_probs)[finite], expected[finite], atol=1e-4, rtol=1e-4)
+        assert np.isneginf(log_probs[:, [PAD, BOS]]).all()
+        torch.testing.assert_close(torch.from_numpy(attention), weights[:, :, -1], atol=1e-5, rtol=1e-4)
+        assert past[0].shape == (batch, 4, step + 1, 8)
+        # as beam search does: a row continues another hypothesis of the same sentence
+        rows = np.arange(batch) ^ (1 if batch > 1 else 0)
+        token = torch.from_numpy(log_probs).argmax(-1, keepdim=True)
+        prefix = torch.cat([prefix[torch.from_numpy(rows)], token], 1)
+
+
+def test_greedy_translations_equal_translate(exported):
+    model, tokenizer, folder, _ = exported
+    translator = OnnxTranslator(folder)
+    assert translator.translate(SENTENCES) == translate(model, tokenizer, SENTENCES, beam_size=1, batch_size=1)
+    ids, weights = translator.greedy(tokenizer.encode("one red cats", add_special_tokens=False).ids + [EOS])
+    assert weights.shape[1:] == (4, len(tokenizer.encode("one red cats", add_special_tokens=False).ids) + 1)
+    assert len(weights) in (len(ids), len(ids) + 1), "a row of the map per output step"
+
+
+def test_model_json_says_how_to_drive_the_graphs(exported):
+    model, tokenizer, folder, _ = exported
+    meta = json.loads((folder / "model.json").read_text())
+    assert (meta["pad_id"], meta["bos_id"], meta["eos_id"]) == (PAD, BOS, EOS)
+    assert meta["n_layers"] == 2 and meta["d_k"] == meta["d_v"] == 8 and meta["max_len"] == 64
+    assert Tokenizer.from_file(str(folder / "tokenizer.json")).encode("two blue dogs").ids == \
+        tokenizer.encode("two blue dogs").ids
+    for name in ("encoder", "step"):
+        graph = onnx.load(str(folder / f"{name}.onnx")).graph
+        assert [i.name for i in graph.input] == meta[f"{name}_inputs"]
+        assert [o.name for o in graph.output] == meta[f"{name}_outputs"]
+    assert sorted(p.name for p in folder.iterdir()) == ["encoder.onnx", "model.json", "step.onnx", "tokenizer.json"]
+
+
+def test_a_graph_with_a_fixed_size_is_refused(tmp_path):
+    fixed = onnx.helper.make_tensor_value_info("src", onnx.TensorProto.INT64, [2, 6])
+    out = onnx.helper.make_tensor_value_info("out", onnx.TensorProto.INT64, [2, 6])
+    graph = onnx.helper.make_graph([onnx.helper.make_node("Identity", ["src"], ["out"])], "g", [fixed], [out])
+    onnx.save(onnx.helper.make_model(graph), tmp_path / "g.onnx")
+    with pytest.raises(RuntimeError, match=r"g.onnx: input src has fixed size\(s\) at axes \[0, 1\]"):
+        _check_dynamic(tmp_path / "g.onnx", {"src": [0, 1]})
+
+
+def test_export_refuses_a_used_folder_and_leaves_nothing_half_written(exported, tmp_path, monkeypatch):
+    model, tokenizer, _, _ = exported
+    (tmp_path / "out").mkdir()
+    with pytest.raises(FileExistsError, match="out exists; pass overwrite=True"):
+        export_onnx(model, tokenizer, tmp_path / "out")
+    import transformer.deploy as deploy
+
+    def fail(*args, **kwargs):
+        raise RuntimeError("disk full")
+
+    monkeypatch.setattr(deploy, "_export", fail)
+    with pytest.raises(RuntimeError, match="disk full"):
+        export_onnx(model, tokenizer, tmp_path / "new")
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["out"], "no folder, no holding folder"
+
+
+def test_cli_export_writes_a_run_folders_final_model(tiny_corpus, tmp_path, capsys):
+    run = tmp_path / "run"
+    assert main(["train", "--data", str(tiny_corpus), "--max-steps", "3", "--max-tokens", "200",
+                 "--vocab-size", "60", "--precision", "fp32", "--out", str(run)]) == 0
+    assert main(["export", "--checkpoint", str(run), "--out", str(tmp_path / "onnx")]) == 0
+    assert "encoder.onnx" in capsys.readouterr().out.splitlines()[-1]
+    meta = json.loads((tmp_path / "onnx" / "model.json").read_text())
+    about = meta["about"]
+    assert about["checkpoint"] == "checkpoint_average.pt" and about["step"] == 3
+    assert about["src_lang"] == "en" and about["tgt_lang"] == "de" and about["averaged_from"]
+    with pytest.raises(SystemExit, match="onnx exists; pass overwrite=True"):
+        main(["export", "--checkpoint", str(run), "--out", str(tmp_path / "onnx")])
+    (tmp_path / "bad.pt").write_bytes(b"not a checkpoint")
+    with pytest.raises(SystemExit, match=r"^error: .*bad.pt is not a readable checkpoint"):
+        main(["export", "--checkpoint", str(tmp_path / "bad.pt"), "--out", str(tmp_path / "x")])
+    assert not (tmp_path / "x").exists()

@@ -1,0 +1,248 @@
+# Generated from book/deploy.md by tools/export.py: edit the chapter.
+"""The trained model outside Python: the encoder and one cached decoding step as ONNX
+graphs (export_onnx), and translation with them through onnxruntime
+(OnnxTranslator)."""
+
+from __future__ import annotations
+
+import copy
+import json
+import logging
+import shutil
+import tempfile
+import warnings
+from collections.abc import Sequence
+from pathlib import Path
+
+import numpy as np
+import torch
+from tokenizers import Tokenizer
+from torch import Tensor, nn
+
+from transformer.attention import KeyValueCache, padding_mask
+from transformer.data import BOS, EOS, PAD, lowercases
+from transformer.decoding import _encode_sources, _never_generated
+from transformer.model import Transformer
+from transformer.utils import __version__
+
+
+class EncoderGraph(nn.Module):
+    """src (batch, n) -> memory (batch, n, d_model) and, for each decoder layer, the
+    keys and values of its encoder-decoder attention (batch, h, n, d_k): what every
+    decoding step attends to, computed once."""
+
+    def __init__(self, model: Transformer):
+        super().__init__()
+        self.model = model
+
+    def forward(self, src: Tensor) -> tuple[Tensor, ...]:
+        memory = self.model.encode(src, check_ids=False)
+        projected = []
+        for layer in self.model.decoder.layers:
+            cache = KeyValueCache(static=True)  # a static cache fills on its first call
+            layer.cross_attn(memory[:, :1], memory, memory, cache=cache)
+            projected += [cache.key, cache.value]
+        return (memory, *projected)
+
+
+class StepGraph(nn.Module):
+    """One decoding step with its caches as tensors.
+
+    Inputs: the newest token of each row (batch, 1); the source ids (batch, n), for
+    their padding mask; memory; `rows`, the past row each row continues; then each
+    layer's self-attention keys and values so far (batch, h, t, d_k), then its
+    encoder-decoder keys and values. Outputs: log-probabilities of the next token
+    (batch, vocab), the last layer's encoder-decoder attention weights of this step
+    (batch, h, n), and the self-attention keys and values one step longer.
+    """
+
+    def __init__(self, model: Transformer):
+        super().__init__()
+        self.model, self.n_layers = model, len(model.decoder.layers)
+
+    def forward(
+        self, tokens: Tensor, src: Tensor, memory: Tensor, rows: Tensor, *caches: Tensor
+    ) -> tuple[Tensor, ...]:
+        past, cross = caches[: 2 * self.n_layers], caches[2 * self.n_layers :]
+        cache = [
+            (
+                KeyValueCache(key=past[i].index_select(0, rows),
+                              value=past[i + 1].index_select(0, rows)),
+                KeyValueCache(static=True, key=cross[i], value=cross[i + 1]),
+            )
+            for i in range(0, 2 * self.n_layers, 2)
+        ]
+        mask = padding_mask(src, self.model.config.pad_id)
+        last, weights = self.model.decoder.layers[-1].cross_attn, []
+        hooks = [  # the attention weights of the last layer, as attention_weights does
+            last.register_forward_pre_hook(
+                lambda _, args, kwargs: (args, {**kwargs, "need_weights": True}),
+                with_kwargs=True),
+            last.register_forward_hook(lambda _, __, out: weights.append(out[1])),
+        ]
+        try:
+            logits = self.model.decode(tokens, memory, mask, cache, check_ids=False)
+        finally:
+            for hook in hooks:
+                hook.remove()
+        present = [t for own, _ in cache for t in (own.key, own.value)]
+        return (_never_generated(logits[:, -1]), weights[0][:, :, -1], *present)
+
+
+def _graph_names(n_layers: int) -> dict[str, list[str]]:
+    """Input and output names of the two graphs."""
+    def per_layer(kind: str) -> list[str]:
+        parts = ("key", "value")
+        return [f"{kind}_{part}_{i}" for i in range(n_layers) for part in parts]
+
+    return {
+        "encoder_inputs": ["src"],
+        "encoder_outputs": ["memory", *per_layer("cross")],
+        "step_inputs": ["tokens", "src", "memory", "rows", *per_layer("past"),
+                        *per_layer("cross")],
+        "step_outputs": ["log_probs", "attention", *per_layer("present")],
+    }
+
+
+def _check_dynamic(path: Path, dynamic: dict[str, list[int]]) -> None:
+    """Refuse a graph whose input lost a dynamic size (fixed to the example's)."""
+    import onnx
+
+    graph = onnx.load(str(path), load_external_data=False).graph
+    for value in graph.input:
+        dims = value.type.tensor_type.shape.dim
+        axes = dynamic.get(value.name, [])
+        fixed = [axis for axis in axes if not dims[axis].dim_param]
+        if fixed:
+            raise RuntimeError(
+                f"{path.name}: input {value.name} has fixed size(s) at axes {fixed} "
+                "that must stay dynamic; the exporter specialized them"
+            )
+
+
+def _export(module, args, path, input_names, output_names, dynamic_shapes) -> None:
+    """One graph, its weights inside the file; the exporter's notes on torch internals
+    (operators of torchvision, which it looks for; its own deprecations) silenced."""
+    registration = logging.getLogger("torch.onnx._internal.exporter._registration")
+    level = registration.level
+    try:
+        registration.setLevel(logging.ERROR)
+        with warnings.catch_warnings():
+            for message in (".*isinstance.treespec, LeafSpec", ".*The axis name: "):
+                warnings.filterwarnings("ignore", message=message)
+            torch.onnx.export(module.eval(), args, str(path), dynamo=True,
+                              opset_version=20, input_names=input_names,
+                              output_names=output_names, dynamic_shapes=dynamic_shapes,
+                              external_data=False, verbose=False)
+    finally:
+        registration.setLevel(level)
+    flat = [*dynamic_shapes[:-1], *dynamic_shapes[-1]] if len(args) > len(
+        dynamic_shapes) else dynamic_shapes  # the step's caches: one tuple of *caches
+    _check_dynamic(path, {name: list(axes) for name, axes in zip(input_names, flat)})
+
+
+def export_onnx(
+    model: Transformer, tokenizer: Tokenizer, out: str | Path,
+    about: dict | None = None, overwrite: bool = False,
+) -> dict:
+    """Write out/encoder.onnx, out/step.onnx, out/tokenizer.json and out/model.json
+    (what a runtime needs; `about`: where the model came from). Returns model.json's
+    content. overwrite: replace an existing `out`."""
+    out = Path(out)
+    if out.exists() and not overwrite:
+        raise FileExistsError(f"{out} exists; pass overwrite=True (--overwrite) to "
+                              "replace it")
+    model = copy.deepcopy(model).float().cpu().eval()  # the hooks go on a copy
+    config, n_layers = model.config, len(model.decoder.layers)
+    attention = model.decoder.layers[0].self_attn
+    d_k, d_v = attention.d_k, attention.d_v
+    names = _graph_names(n_layers)
+    batch, n, past = (torch.export.Dim(name) for name in ("batch", "n", "past"))
+    src = torch.full((2, 6), min(4, config.src_vocab_size - 1))
+    src[1, 4:] = PAD
+    out.parent.mkdir(parents=True, exist_ok=True)
+    holding = Path(tempfile.mkdtemp(prefix=f".{out.name}.", dir=out.parent))
+    try:
+        encoder = EncoderGraph(model)
+        with torch.no_grad():
+            memory, *cross = encoder(src)
+        _export(encoder, (src,), holding / "encoder.onnx", names["encoder_inputs"],
+                names["encoder_outputs"], ({0: batch, 1: n},))
+        caches = [torch.zeros(2, config.n_heads, 3, d) for d in (d_k, d_v) * n_layers]
+        step_args = (src[:, :1], src, memory, torch.arange(2), *caches, *cross)
+        cache_shapes = ({0: batch, 2: past},) * len(caches) + ({0: batch, 2: n},) * len(
+            cross)  # *caches: one tuple
+        shapes = ({0: batch}, {0: batch, 1: n}, {0: batch, 1: n}, {0: batch},
+                  cache_shapes)
+        _export(StepGraph(model), step_args, holding / "step.onnx",
+                names["step_inputs"], names["step_outputs"], shapes)
+        (holding / "tokenizer.json").write_text(tokenizer.to_str())
+        meta = {
+            "format": "transformer-onnx-1", "package_version": __version__,
+            "pad_id": PAD, "bos_id": BOS, "eos_id": EOS,
+            "max_len": config.max_len, "n_layers": n_layers, "n_heads": config.n_heads,
+            "d_k": d_k, "d_v": d_v, "vocab_size": config.tgt_vocab_size,
+            "lowercase": lowercases(tokenizer), "extra_len": 50, **names,
+            "about": about or {},
+        }
+        (holding / "model.json").write_text(json.dumps(meta, indent=1) + "\n")
+        if out.exists():
+            shutil.rmtree(out)
+        holding.rename(out)
+    finally:
+        shutil.rmtree(holding, ignore_errors=True)
+    return meta
+
+
+class OnnxTranslator:
+    """Greedy translation with the files of export_onnx and onnxruntime (no torch)."""
+
+    def __init__(self, folder: str | Path):
+        import onnxruntime
+
+        folder = Path(folder)
+        meta = folder / "model.json"
+        if not meta.is_file():
+            raise FileNotFoundError(
+                f"{folder} holds no model.json: not an exported model (python -m "
+                "transformer export writes one)")
+        self.meta = json.loads(meta.read_text())
+        self.tokenizer = Tokenizer.from_file(str(folder / "tokenizer.json"))
+        self.encoder, self.step = (
+            onnxruntime.InferenceSession(str(folder / f"{name}.onnx"),
+                                         providers=["CPUExecutionProvider"])
+            for name in ("encoder", "step"))
+
+    def greedy(self, src: list[int]) -> tuple[list[int], np.ndarray]:
+        """Output ids of source ids `src` (ending in <eos>), without <bos> and <eos>,
+        and the attention weights of each output step (steps, h, n)."""
+        m = self.meta
+        source = np.array([src], dtype=np.int64)
+        memory, *cross = self.encoder.run(None, {"src": source})
+        past = [np.zeros((1, m["n_heads"], 0, d), np.float32)
+                for d in (m["d_k"], m["d_v"]) * m["n_layers"]]
+        names = m["step_inputs"]
+        tokens, weights = [m["bos_id"]], []
+        for _ in range(min(len(src) + m["extra_len"], m["max_len"])):
+            inputs = [np.array([[tokens[-1]]]), source, memory, np.zeros(1, np.int64),
+                      *past, *cross]
+            log_probs, attention, *past = self.step.run(None, dict(zip(names, inputs)))
+            weights.append(attention[0])
+            token = int(log_probs[0].argmax())
+            if token == m["eos_id"]:
+                break
+            tokens.append(token)
+        return tokens[1:], np.stack(weights)
+
+    def translate(self, sentences: Sequence[str]) -> list[str]:
+        """Greedy translations of `sentences`, in their order."""
+        encoded = _encode_sources(self.tokenizer, sentences, self.meta["max_len"])
+        return [self.tokenizer.decode(self.greedy(ids)[0]) for ids in encoded]
+
+
+__all__ = [
+    'EncoderGraph',
+    'StepGraph',
+    'export_onnx',
+    'OnnxTranslator',
+]
