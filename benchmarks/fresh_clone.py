@@ -1,7 +1,7 @@
 """The README's commands on a fresh clone, timed: what a new user waits for.
 
-Clones the repository's committed HEAD into a new folder beside it (so that ../shared is beside
-the clone, as in CI), with no virtual environment and an empty cache of tokenized corpora and
+Clones the repository's committed HEAD into a new folder beside it, with ../shared linked
+beside the clone as CI has it, no virtual environment and an empty cache of tokenized corpora and
 trained runs (TRANSFORMER_CACHE), runs the commands in order, and records each one's wall time,
 exit status and last lines of output. pip's own download cache is the user's, as on any machine
 that installed these packages before.
@@ -60,6 +60,9 @@ def main() -> None:
     try:
         clone = work / "repo"
         subprocess.run(["git", "clone", "--quiet", str(REPO), str(clone)], check=True)
+        shared = REPO.parent / "shared"  # as CI has it: ../shared beside the clone
+        if shared.is_dir():
+            (work / "shared").symlink_to(shared.resolve())
         env = {**os.environ, "TRANSFORMER_CACHE": str(work / "cache")}
         env.pop("VIRTUAL_ENV", None)
         results = [run(command, clone, env) for command in args.commands]
