@@ -88,9 +88,11 @@ def _from_repo(word: str) -> str:
         return word
     if not path.is_absolute() and "/" not in word and not path.exists():
         return word  # not a path: a preset's name, a number
-    resolved = path.resolve()
-    if resolved.is_relative_to(REPO.parent):
-        return os.path.relpath(resolved, REPO)
+    # abspath, not resolve: ../shared is often a link (CI links it beside the clone), and
+    # following it would name the folder it points to
+    absolute = Path(os.path.abspath(path))
+    if absolute.is_relative_to(REPO.parent):
+        return os.path.relpath(absolute, REPO)
     return word
 
 
