@@ -98,7 +98,7 @@ def main() -> None:
         for _ in range(args.warmup):
             trainer.train_step()
         plan = trainer.batches.sampler.epoch(trainer.batches.epoch)[trainer.batches.index : trainer.batches.index + args.steps]
-        batches = [trainer.data.train.batch(indices, trainer.batches.pad_multiple).to(device) for indices in plan]
+        batches = [trainer.batches.sampler.batch(trainer.data.train, indices).to(device) for indices in plan]
         batches = iter(batches * 2)
 
         def next_bare_step():

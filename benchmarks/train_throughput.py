@@ -148,7 +148,7 @@ def measure(name, model, config, src, tgt, dtype, compile_model, warmup, steps, 
 
 def bare_step(trainer: Trainer, batch) -> torch.Tensor:
     """What Trainer.train_step does with one batch already on the device; returns its loss."""
-    loss = trainer.forward_loss(batch.src, batch.tgt_in, batch.tgt_out)
+    loss = trainer.forward_loss(batch.src, batch.tgt_in, batch.tgt_out, batch.segments)
     (loss / batch.n_tokens).backward()
     trainer.optimizer.step()
     trainer.optimizer.zero_grad(set_to_none=True)
@@ -167,7 +167,7 @@ def trainer_end_to_end(model_config, device, precision, max_tokens, warmup, step
     for _ in range(warmup):
         trainer.train_step()  # warm-up (and compilation)
     plan = trainer.batches.sampler.epoch(trainer.batches.epoch)[trainer.batches.index : trainer.batches.index + steps]
-    batches = [trainer.data.train.batch(indices, trainer.batches.pad_multiple).to(device) for indices in plan]
+    batches = [trainer.batches.sampler.batch(trainer.data.train, indices).to(device) for indices in plan]
 
     def bare_steps() -> float:  # the same computation, the batches already there
         sync(device)

@@ -17,12 +17,14 @@ from transformer import (
 )
 from transformer.data import (
     BatchStream,
+    PackedBatchSampler,
     TokenBatchSampler,
     TokenizedSplit,
     collate,
     encode_pairs,
     load_hub_dataset,
     lowercases,
+    pack_rows,
     pair_lengths,
 )
 from transformer.data import BOS, EOS, PAD
@@ -179,6 +181,68 @@ def test_array_batches_equal_the_sentence_by_sentence_collate():
             tensor, width = getattr(padded, name), getattr(slow, name).size(1)
             assert tensor.size(1) % 8 == 0 and torch.equal(tensor[:, :width], getattr(slow, name))
             assert (tensor[:, width:] == PAD).all()
+
+
+@pytest.mark.parametrize("row_length", [12, 16, 40])
+def test_packed_rows_hold_every_pair_once_within_the_row_length(row_length):
+    lengths = np.array(pair_lengths(_random_pairs(300, seed=3)))
+    sampler = PackedBatchSampler(lengths, 4 * row_length, row_length, seed=1)
+    for epoch in (0, 1):
+        batches = sampler.epoch(epoch)
+        indices = np.concatenate([i for i, _ in batches])
+        assert np.array_equal(np.sort(indices), np.arange(len(lengths))), "every pair once"
+        for pairs, rows in batches:
+            assert rows.min() >= 0 and rows.max() < sampler.rows == 4
+            for side in (0, 1):
+                assert np.bincount(rows, lengths[pairs, side]).max() <= row_length
+    assert [i.tolist() for i, _ in sampler.epoch(0)] != [i.tolist() for i, _ in sampler.epoch(1)]
+    again = PackedBatchSampler(lengths, 4 * row_length, row_length, seed=1)
+    assert [i.tolist() for i, _ in sampler.epoch(1)] == [i.tolist() for i, _ in again.epoch(1)]
+
+
+def test_rows_of_sentences_whose_sides_correlate_are_nearly_full():
+    rng = np.random.default_rng(0)
+    src = rng.integers(5, 40, 3000)
+    lengths = np.stack([src, np.rint(src * rng.uniform(0.8, 1.25, 3000))], 1).astype(int)
+    rows = pack_rows(lengths, 128)
+    positions = 2 * 128 * (rows.max() + 1)
+    assert 1 - lengths.sum() / positions < 0.05, "under 5% of the positions are padding"
+
+
+def test_best_fit_decreasing_on_a_hand_worked_example():
+    # longest first: 7 opens row 0 (room 3), 6 opens row 1 (room 4), 4 fits row 1 exactly
+    # (least room that fits), 3 fits row 0, 2 opens row 2
+    lengths = np.array([[3, 3], [7, 7], [2, 2], [6, 6], [4, 4]])
+    assert pack_rows(lengths, 10).tolist() == [0, 0, 2, 1, 1]
+    # a row's room is the smaller of its two sides', and a pair needs room for its longer
+    # side: (1, 6) leaves (9, 4), room 4, so (5, 1) opens a row though its sides would fit
+    assert pack_rows(np.array([[5, 1], [1, 6]]), 10).tolist() == [1, 0]
+
+
+def test_packed_batches_hold_the_tokens_of_the_padded_batches():
+    pairs = _random_pairs(120, seed=4)
+    split = TokenizedSplit.from_pairs(pairs)
+    sampler = PackedBatchSampler(split.lengths(), 64, 16, seed=0)
+    for item in sampler.epoch(0):
+        batch, (indices, rows) = sampler.batch(split, item), item
+        assert batch.src.shape == batch.tgt_in.shape == batch.tgt_out.shape == (4, 16)
+        assert batch.n_tokens == (batch.tgt_out != PAD).sum() == (batch.tgt_segments > 0).sum()
+        for k, (i, row) in enumerate(zip(indices, rows)):
+            source, target = pairs[i]
+            src_at = (batch.src_segments[row] == k + 1).nonzero()[:, 0]
+            tgt_at = (batch.tgt_segments[row] == k + 1).nonzero()[:, 0]
+            assert src_at.tolist() == list(range(src_at[0], src_at[0] + len(source) + 1)), "contiguous"
+            assert batch.src[row, src_at].tolist() == source + [EOS]
+            assert batch.tgt_in[row, tgt_at].tolist() == [BOS] + target
+            assert batch.tgt_out[row, tgt_at].tolist() == target + [EOS]
+        assert ((batch.src == PAD) == (batch.src_segments == 0)).all()
+
+
+def test_packing_refuses_pairs_longer_than_a_row_and_budgets_without_a_row():
+    with pytest.raises(ValueError, match=r"row_length=8 is shorter than 1 pair\(s\).*longest has 9"):
+        PackedBatchSampler([(3, 4), (9, 2)], 100, 8)
+    with pytest.raises(ValueError, match="max_tokens=10 holds no row of row_length=16"):
+        PackedBatchSampler([(3, 4)], 10, 16)
 
 
 def _take(stream, n):

@@ -236,3 +236,67 @@ def test_a_bf16_training_step_with_masks_is_finite_at_lengths_64_mod_128_on_cuda
     loss.backward()
     assert torch.isfinite(loss)
     assert all(torch.isfinite(p.grad).all() for p in model.parameters() if p.grad is not None)
+
+
+def _packed_row(pairs, src_length, tgt_length):
+    """One packed row of (source ids, target ids) pairs and its segments, padded to the lengths."""
+    def side(k):
+        ids = [i for pair in pairs for i in pair[k]]
+        segments = [n + 1 for n, pair in enumerate(pairs) for _ in pair[k]]
+        length = (src_length, tgt_length)[k]
+        return torch.tensor([ids + [0] * (length - len(ids))]), torch.tensor([segments + [0] * (length - len(ids))])
+    (src, src_seg), (tgt, tgt_seg) = side(0), side(1)
+    return src, tgt, (src_seg, tgt_seg)
+
+
+PAIRS = [([5, 6, 7], [1, 11, 12]), ([8, 9], [1, 13]), ([5, 7, 9, 6, 40], [1, 14, 15, 16]), ([22], [1])]
+
+
+@pytest.mark.parametrize("options", [{}, {"norm_first": True}, {"positional": "learned"}])
+def test_a_packed_row_gives_each_sentence_its_logits_and_gradients_alone(options):
+    """Oracle: each sentence through the unpacked model on its own. The packed row's loss is the
+    sum of the sentences' losses, and so are its gradients."""
+    model = Transformer(TransformerConfig(**{**SMALL, **options})).double()
+    src, tgt, segments = _packed_row(PAIRS, 14, 12)
+    answers = torch.randint(4, 60, tgt.shape)
+    packed = model(src, tgt, segments=segments)
+    loss = torch.nn.functional.cross_entropy(packed[0], answers[0], reduction="none")[segments[1][0] > 0].sum()
+    grads = torch.autograd.grad(loss, list(model.parameters()), allow_unused=True)
+    total, alone_grads = 0.0, None
+    for k, (s, t) in enumerate(PAIRS):
+        at = segments[1][0] == k + 1
+        alone = model(torch.tensor([s]), torch.tensor([t]))[0]
+        torch.testing.assert_close(packed[0, at], alone, rtol=1e-10, atol=1e-10)
+        one = torch.nn.functional.cross_entropy(alone, answers[0, at], reduction="sum")
+        g = torch.autograd.grad(one, list(model.parameters()), allow_unused=True)
+        alone_grads = g if alone_grads is None else [a if b is None else (b if a is None else a + b) for a, b in zip(alone_grads, g)]
+        total = total + one
+    torch.testing.assert_close(loss, total, rtol=1e-10, atol=0)
+    for (name, _), a, b in zip(model.named_parameters(), grads, alone_grads):
+        assert (a is None) == (b is None), name
+        if a is not None:
+            torch.testing.assert_close(a, b, rtol=1e-8, atol=1e-12, msg=name)
+
+
+def test_no_sentence_of_a_packed_row_sees_another():
+    """Exhaustive over the sentences of the row: changing every token of one sentence changes its
+    own logits and no other sentence's."""
+    model = Transformer(TransformerConfig(**SMALL)).eval()
+    src, tgt, segments = _packed_row(PAIRS, 14, 12)
+    with torch.no_grad():
+        before = model(src, tgt, segments=segments)
+        for k in range(len(PAIRS)):
+            changed_src = src.masked_fill(segments[0] == k + 1, 50)
+            changed_tgt = tgt.masked_fill((segments[1] == k + 1) & (tgt != 1), 51)  # keep <bos>
+            after = model(changed_src, changed_tgt, segments=segments)
+            moved = (after - before).abs().amax(-1)[0] > 1e-6  # (m,)
+            real = segments[1][0] > 0
+            assert moved[segments[1][0] == k + 1].all(), k
+            assert not moved[real & (segments[1][0] != k + 1)].any(), k
+
+
+def test_packed_segments_must_match_their_ids():
+    model = Transformer(TransformerConfig(**SMALL))
+    src, tgt, (src_seg, tgt_seg) = _packed_row(PAIRS, 14, 12)
+    with pytest.raises(ValueError, match=r"tgt_segments must have the shape of tgt \(1, 12\); got \(1, 11\)"):
+        model(src, tgt, segments=(src_seg, tgt_seg[:, :-1]))

@@ -64,14 +64,17 @@ def test_a_tiny_model_overfits_a_handful_of_pairs(tiny_corpus, tmp_path):
         "beam search keeps what greedy finds on a sure model")
 
 
-def test_train_batches_follow_the_sampler_over_epochs_and_from_any_position(tiny_corpus, tmp_path):
-    trainer = Trainer.from_config(TINY, _config(tiny_corpus, max_tokens=200), tmp_path / "run")
+@pytest.mark.parametrize("pack_length", [None, 64])
+def test_train_batches_follow_the_sampler_over_epochs_and_from_any_position(tiny_corpus, tmp_path, pack_length):
+    config = _config(tiny_corpus, max_tokens=200, pack_length=pack_length)
+    trainer = Trainer.from_config(TINY, config, tmp_path / "run")
     stream, split = trainer.batches, trainer.data.train
     plan = [(e, i) for e in range(3) for i in range(len(stream.sampler.epoch(e)))]
-    expected = [split.batch(stream.sampler.epoch(e)[i], stream.pad_multiple) for e, i in plan]
+    expected = [stream.sampler.batch(split, stream.sampler.epoch(e)[i]) for e, i in plan]
     for want in expected:  # the uninterrupted stream, prefetched in a thread
         got = stream.next()
         assert torch.equal(got.src, want.src) and torch.equal(got.tgt_out, want.tgt_out)
+        assert (got.segments is None) == (pack_length is None)
     middle = len(plan) // 2
     stream.seek(*plan[middle])
     for want in expected[middle:]:
@@ -80,10 +83,12 @@ def test_train_batches_follow_the_sampler_over_epochs_and_from_any_position(tiny
     stream.close()
 
 
-def test_resume_gives_the_same_parameters_as_an_uninterrupted_run(tiny_corpus, tmp_path):
-    whole = Trainer.from_config(TINY, _config(tiny_corpus, max_tokens=200), tmp_path / "whole")
+@pytest.mark.parametrize("pack_length", [None, 50])
+def test_resume_gives_the_same_parameters_as_an_uninterrupted_run(tiny_corpus, tmp_path, pack_length):
+    whole = Trainer.from_config(TINY, _config(tiny_corpus, max_tokens=200, pack_length=pack_length), tmp_path / "whole")
     whole.fit(progress=False)
-    first = Trainer.from_config(TINY, _config(tiny_corpus, max_tokens=200, max_steps=4), tmp_path / "split")
+    first = Trainer.from_config(TINY, _config(tiny_corpus, max_tokens=200, max_steps=4, pack_length=pack_length),
+                                tmp_path / "split")
     first.fit(progress=False)
     resumed = Trainer.resume(tmp_path / "split", max_steps=6)
     assert resumed.step == 4 and (resumed.batches.epoch, resumed.batches.index) == (first.batches.epoch, first.batches.index)

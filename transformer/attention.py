@@ -74,6 +74,14 @@ def local_mask(n: int, r: int, device: torch.device | None = None) -> Tensor:
     return (position[:, None] - position[None, :]).abs() <= r
 
 
+def segment_mask(query_segments: Tensor, key_segments: Tensor) -> Tensor:
+    """True where a query may attend to a key of a packed row: the same sentence, or a
+    query at padding (segment 0). Segments (batch, n_q) and (batch, n_k) number the
+    sentences of each row -> mask (batch, 1, n_q, n_k)."""
+    query, key = query_segments[:, None, :, None], key_segments[:, None, None, :]
+    return (query == key) | (query == 0)
+
+
 @dataclass
 class KeyValueCache:
     """Projected keys and values of one attention layer, kept between decoding steps.
@@ -273,6 +281,7 @@ __all__ = [
     'padding_mask',
     'causal_mask',
     'local_mask',
+    'segment_mask',
     'KeyValueCache',
     'MultiHeadAttention',
 ]

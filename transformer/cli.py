@@ -221,6 +221,12 @@ def _add_schedule_options(group: argparse._ArgumentGroup) -> None:
         help="batches per update (gradient accumulation)",
     )
     group.add_argument(
+        "--pack-length",
+        type=_number(int),
+        help="pack whole sentence pairs into rows of N tokens a side (no padding, "
+        "fixed shapes); default: batches by length, padded",
+    )
+    group.add_argument(
         "--warmup-steps",
         type=_number(int),
         help="warm-up steps of the schedule (paper: 4000)",

@@ -19,7 +19,7 @@ import tempfile
 import threading
 import warnings
 from collections.abc import Callable, Iterator, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 from pathlib import Path
 
 import numpy as np
@@ -331,10 +331,14 @@ class TokenBatchSampler:
                 f"rank must be in [0, world_size={world_size}); got {rank}"
             )
         self.max_tokens, self.shuffle, self.seed = max_tokens, shuffle, seed
-        self.rank, self.world_size = rank, world_size
+        self.rank, self.world_size, self.pad_multiple = rank, world_size, pad_multiple
 
     def __len__(self) -> int:
         return len(self.epoch(0))
+
+    def batch(self, split: TokenizedSplit, indices: np.ndarray) -> Batch:
+        """The tensors of one planned batch (see TokenizedSplit below)."""
+        return split.batch(indices, self.pad_multiple)
 
     def epoch(self, epoch: int) -> list[np.ndarray]:
         """This rank's batches for one epoch, each an array of pair indices."""
@@ -371,27 +375,37 @@ class Batch:
     right-padded.
 
     n_tokens: the target tokens the loss is computed on (padding excluded).
+    src_segments, tgt_segments: for packed rows (see Packing), the sentence number of
+    each position, 0 at padding; None for one sentence per row.
     """
 
     src: Tensor
     tgt_in: Tensor
     tgt_out: Tensor
     n_tokens: int
+    src_segments: Tensor | None = None
+    tgt_segments: Tensor | None = None
+
+    @property
+    def segments(self) -> tuple[Tensor, Tensor] | None:
+        """(src_segments, tgt_segments) of packed rows, else None."""
+        if self.src_segments is None:
+            return None
+        return self.src_segments, self.tgt_segments
+
+    def _apply(self, function: Callable[[Tensor], Tensor]) -> Batch:
+        values = {f.name: getattr(self, f.name) for f in fields(self)}
+        return Batch(
+            **{k: function(v) if isinstance(v, Tensor) else v for k, v in values.items()}
+        )
 
     def to(self, device: torch.device | str) -> Batch:
-        src, tgt_in, tgt_out = (
-            t.to(device, non_blocking=True)
-            for t in (self.src, self.tgt_in, self.tgt_out)
-        )
-        return Batch(src, tgt_in, tgt_out, self.n_tokens)
+        return self._apply(lambda t: t.to(device, non_blocking=True))
 
     def pin_memory(self) -> Batch:
         """A copy in page-locked memory, from which copies to a GPU run
         asynchronously."""
-        src, tgt_in, tgt_out = (
-            t.pin_memory() for t in (self.src, self.tgt_in, self.tgt_out)
-        )
-        return Batch(src, tgt_in, tgt_out, self.n_tokens)
+        return self._apply(Tensor.pin_memory)
 
 
 def _pad(sequences: Sequence[list[int]]) -> Tensor:
@@ -464,6 +478,23 @@ class TokenizedSplit:
         src[rows, src_len], tgt_out[rows, tgt_len], tgt_in[:, 0] = EOS, EOS, BOS
         tensors = (torch.from_numpy(a) for a in (src, tgt_in, tgt_out))
         return Batch(*tensors, n_tokens=int(tgt_len.sum()) + len(indices))
+
+    def packed_batch(
+        self, indices: np.ndarray, rows: np.ndarray, n_rows: int, row_length: int
+    ) -> Batch:
+        """The pairs `indices` packed into n_rows rows of row_length tokens a side, pair
+        k in row rows[k], after the pairs before it in that row."""
+        indices, rows = np.asarray(indices, np.int64), np.asarray(rows, np.int64)
+        lengths = self.lengths()[indices]
+        shape, side = (n_rows, row_length), (self.src_ids, self.src_offsets)
+        src, src_segments = _pack(*side, indices, rows, _starts(lengths[:, 0], rows),
+                                  shape, bos=False)
+        target = (self.tgt_ids, self.tgt_offsets, indices, rows,
+                  _starts(lengths[:, 1], rows), shape)
+        tgt_in, tgt_segments = _pack(*target, bos=True)
+        tgt_out, _ = _pack(*target, bos=False)
+        n_tokens = int(lengths[:, 1].sum())
+        return Batch(src, tgt_in, tgt_out, n_tokens, src_segments, tgt_segments)
 
 
 def _gather(
@@ -758,22 +789,21 @@ class BatchStream:
     def __init__(
         self,
         split: TokenizedSplit,
-        sampler: TokenBatchSampler,
+        sampler: TokenBatchSampler | PackedBatchSampler,
         epoch: int = 0,
         index: int = 0,
-        pad_multiple: int = 1,
         prefetch: int = 4,
         pin_memory: bool = False,
     ):
         self.split, self.sampler, self.epoch, self.index = split, sampler, epoch, index
-        self.pad_multiple, self.prefetch, self.pin = pad_multiple, prefetch, pin_memory
+        self.prefetch, self.pin = prefetch, pin_memory
 
     def _generate(self) -> Iterator[tuple[Batch, int, int]]:
         epoch, index = self.epoch, self.index
         while True:
             plan = self.sampler.epoch(epoch)  # planned once per epoch
             for i in range(index, len(plan)):
-                batch = self.split.batch(plan[i], self.pad_multiple)
+                batch = self.sampler.batch(self.split, plan[i])
                 yield (batch.pin_memory() if self.pin else batch), epoch, i + 1
             epoch, index = epoch + 1, 0
 
@@ -811,6 +841,129 @@ class BatchStream:
             thread.join()
 
 
+def pack_rows(lengths: np.ndarray, row_length: int) -> np.ndarray:
+    """Best fit decreasing: the row of each pair (rows numbered from 0), so that no row
+    holds more than row_length tokens on either side. lengths: (n, 2), in the order in
+    which ties are taken."""
+    width = lengths.max(axis=1)
+    room = [[] for _ in range(row_length + 1)]  # room[c]: rows with c tokens of room
+    nonempty = 0  # bit c set: room[c] holds a row
+    free_src, free_tgt, rows = [], [], np.empty(len(lengths), dtype=np.int64)
+    for i in np.argsort(-width, kind="stable").tolist():
+        (a, b), w = lengths[i].tolist(), int(width[i])
+        fits = nonempty >> w  # buckets of room >= w, from w on
+        if fits:
+            c = w + (fits & -fits).bit_length() - 1  # the least room that fits
+            row = room[c].pop()
+            if not room[c]:
+                nonempty &= ~(1 << c)
+        else:
+            row = len(free_src)
+            free_src.append(row_length)
+            free_tgt.append(row_length)
+        free_src[row] -= a
+        free_tgt[row] -= b
+        rows[i] = row
+        c = min(free_src[row], free_tgt[row])
+        room[c].append(row)
+        nonempty |= 1 << c
+    return rows
+
+
+class PackedBatchSampler:
+    """Batches of max_tokens // row_length rows of row_length tokens a side, whole
+    pairs packed into them (pack_rows). lengths, shuffle, seed, rank and world_size as
+    for TokenBatchSampler."""
+
+    def __init__(
+        self,
+        lengths: np.ndarray | Sequence[tuple[int, int]],
+        max_tokens: int,
+        row_length: int,
+        shuffle: bool = True,
+        seed: int = 0,
+        rank: int = 0,
+        world_size: int = 1,
+    ):
+        self.lengths = np.asarray(lengths, dtype=np.int64).reshape(-1, 2)
+        too_long = np.flatnonzero(self.lengths.max(axis=1) > row_length)
+        if len(too_long):
+            raise ValueError(
+                f"row_length={row_length} is shorter than {len(too_long)} pair(s) (the "
+                f"longest has {self.lengths.max()} tokens on one side); raise it"
+            )
+        self.rows = max_tokens // row_length
+        if self.rows == 0:
+            raise ValueError(
+                f"max_tokens={max_tokens} holds no row of row_length={row_length}"
+            )
+        if not 0 <= rank < world_size:
+            raise ValueError(
+                f"rank must be in [0, world_size={world_size}); got {rank}"
+            )
+        self.max_tokens, self.row_length = max_tokens, row_length
+        self.shuffle, self.seed, self.rank, self.world_size = shuffle, seed, rank, world_size
+
+    def __len__(self) -> int:
+        return len(self.epoch(0))
+
+    def epoch(self, epoch: int) -> list[tuple[np.ndarray, np.ndarray]]:
+        """This rank's batches for one epoch: (pair indices, row of each pair)."""
+        rng = np.random.default_rng([self.seed % 2**32, epoch])
+        n = len(self.lengths)
+        order = rng.permutation(n) if self.shuffle else np.arange(n)
+        row = pack_rows(self.lengths[order], self.row_length)
+        n_rows = int(row.max(initial=-1)) + 1
+        place = rng.permutation(n_rows) if self.shuffle else np.arange(n_rows)
+        slot = place[row]  # the rows in their shuffled order
+        by_slot = np.argsort(slot, kind="stable")
+        order, slot = order[by_slot], slot[by_slot]
+        cuts = np.searchsorted(slot, np.arange(self.rows, n_rows, self.rows))
+        batches = [
+            (indices, rows % self.rows)
+            for indices, rows in zip(np.split(order, cuts), np.split(slot, cuts))
+        ]
+        if self.world_size > 1:
+            if len(batches) < self.world_size:
+                raise ValueError(
+                    f"{len(batches)} batches cannot be shared by {self.world_size} "
+                    "processes"
+                )
+            kept = len(batches) - len(batches) % self.world_size
+            batches = batches[:kept][self.rank :: self.world_size]
+        return batches
+
+    def batch(self, split: TokenizedSplit, item: tuple[np.ndarray, np.ndarray]) -> Batch:
+        """The tensors of one planned batch: (rows, row_length) each side."""
+        return split.packed_batch(*item, self.rows, self.row_length)
+
+
+def _pack(ids, offsets, indices, rows, starts, shape, bos: bool):
+    """Each pair's ids with <bos> before (bos) or <eos> after, at its row and start;
+    returns the (rows, row_length) ids and segments."""
+    first, lengths = offsets[indices], offsets[indices + 1] - offsets[indices] + 1
+    pair = np.repeat(np.arange(len(indices)), lengths)
+    place = np.arange(lengths.sum()) - np.repeat(np.cumsum(lengths) - lengths, lengths)
+    real = place >= 1 if bos else place < lengths[pair] - 1
+    values = np.full(len(pair), BOS if bos else EOS, dtype=np.int64)
+    values[real] = ids[first[pair[real]] + place[real] - bos]
+    out, segments = np.full(shape, PAD, np.int64), np.zeros(shape, np.int64)
+    at = rows[pair] * shape[1] + starts[pair] + place
+    out.flat[at], segments.flat[at] = values, pair + 1
+    return torch.from_numpy(out), torch.from_numpy(segments)
+
+
+def _starts(lengths: np.ndarray, rows: np.ndarray) -> np.ndarray:
+    """Where each pair starts in its row: after the pairs before it in that row."""
+    by_row = np.argsort(rows, kind="stable")
+    size = lengths[by_row]
+    before = np.cumsum(size) - size
+    new_row = np.r_[True, rows[by_row][1:] != rows[by_row][:-1]]
+    starts = np.empty_like(before)
+    starts[by_row] = before - np.maximum.accumulate(np.where(new_row, before, 0))
+    return starts
+
+
 __all__ = [
     'ParallelCorpus',
     'number_corpus',
@@ -834,4 +987,6 @@ __all__ = [
     'PreparedData',
     'prepare_data',
     'BatchStream',
+    'pack_rows',
+    'PackedBatchSampler',
 ]

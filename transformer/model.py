@@ -10,12 +10,18 @@ from dataclasses import dataclass, fields
 import torch
 from torch import Tensor, nn
 
-from transformer.attention import KeyValueCache, MultiHeadAttention, padding_mask
+from transformer.attention import (
+    KeyValueCache,
+    MultiHeadAttention,
+    padding_mask,
+    segment_mask,
+)
 from transformer.embeddings import Embeddings, OutputProjection, check_token_ids
 from transformer.feed_forward import PositionwiseFeedForward
 from transformer.positional import (
     LearnedPositionalEmbedding,
     SinusoidalPositionalEncoding,
+    segment_positions,
 )
 
 
@@ -389,7 +395,8 @@ class DecoderLayer(nn.Module):
 
     Shapes: x (batch, m, d_model); memory (batch, n, d_model); memory_mask broadcastable
     to (batch, h, m, n), True = may attend. cache: (self-attention cache,
-    cross-attention cache), with x holding only the new positions.
+    cross-attention cache), with x holding only the new positions. self_mask (packed
+    rows): the self-attention's mask, to which the causal mask is added.
     """
 
     def __init__(self, config: TransformerConfig):
@@ -407,10 +414,14 @@ class DecoderLayer(nn.Module):
         memory: Tensor,
         memory_mask: Tensor | None = None,
         cache: tuple[KeyValueCache, KeyValueCache] | None = None,
+        self_mask: Tensor | None = None,
     ) -> Tensor:
         self_cache, cross_cache = cache if cache is not None else (None, None)
         x = self.sublayers[0](
-            x, lambda x: self.self_attn(x, x, x, is_causal=True, cache=self_cache)[0]
+            x,
+            lambda x: self.self_attn(
+                x, x, x, mask=self_mask, is_causal=True, cache=self_cache
+            )[0],
         )
         x = self.sublayers[1](
             x,
@@ -444,9 +455,11 @@ class Decoder(nn.Module):
         memory: Tensor,
         memory_mask: Tensor | None = None,
         cache: list[tuple[KeyValueCache, KeyValueCache]] | None = None,
+        self_mask: Tensor | None = None,
     ) -> Tensor:
         for i, layer in enumerate(self.layers):
-            x = layer(x, memory, memory_mask, None if cache is None else cache[i])
+            layer_cache = None if cache is None else cache[i]
+            x = layer(x, memory, memory_mask, layer_cache, self_mask)
         return self.norm(x)
 
 
@@ -549,14 +562,20 @@ class Transformer(nn.Module):
         x = self.dropout(self.tgt_positions(x, start=start))
         return self.output(self.decoder(x, memory, memory_mask, cache))
 
-    def forward(self, src: Tensor, tgt: Tensor, check_ids: bool = True) -> Tensor:
+    def forward(
+        self, src: Tensor, tgt: Tensor, check_ids: bool = True,
+        segments: tuple[Tensor, Tensor] | None = None,
+    ) -> Tensor:
         """Source ids (batch, n), shifted target ids (batch, m) -> logits (batch, m,
-        tgt_vocab)."""
+        tgt_vocab). segments: (source, target) sentence numbers of packed rows (see
+        Several sentences in one row)."""
         if src.dim() == 2 and tgt.dim() == 2 and src.size(0) != tgt.size(0):
             raise ValueError(
                 f"src and tgt must have the same batch size; got {src.size(0)} and "
                 f"{tgt.size(0)}"
             )
+        if segments is not None:
+            return self._packed(src, tgt, *segments, check_ids=check_ids)
         memory = self.encode(src, check_ids)
         mask = padding_mask(src, self.config.pad_id)
         return self.decode(tgt, memory, mask, check_ids=check_ids)
@@ -566,6 +585,27 @@ class Transformer(nn.Module):
         decoder layer."""
         layers = self.decoder.layers
         return [(KeyValueCache(), KeyValueCache(static=True)) for _ in layers]
+
+    def _packed(
+        self, src: Tensor, tgt: Tensor, src_segments: Tensor, tgt_segments: Tensor,
+        check_ids: bool = True,
+    ) -> Tensor:
+        """forward on packed rows: src, tgt and their segments (batch, n) and (batch, m)."""
+        self._check_ids(src, "src", check_ids)
+        self._check_ids(tgt, "tgt", check_ids)
+        for name, ids, seg in (("src", src, src_segments), ("tgt", tgt, tgt_segments)):
+            if seg.shape != ids.shape:
+                raise ValueError(
+                    f"{name}_segments must have the shape of {name} {tuple(ids.shape)}; "
+                    f"got {tuple(seg.shape)}"
+                )
+        x = self.src_embed(src, check_ids=False)
+        x = self.dropout(self.src_positions(x, positions=segment_positions(src_segments)))
+        memory = self.encoder(x, segment_mask(src_segments, src_segments))
+        y = self.tgt_embed(tgt, check_ids=False)
+        y = self.dropout(self.tgt_positions(y, positions=segment_positions(tgt_segments)))
+        cross, own = (segment_mask(tgt_segments, s) for s in (src_segments, tgt_segments))
+        return self.output(self.decoder(y, memory, cross, self_mask=own))
 
 
 __all__ = [

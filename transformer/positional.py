@@ -44,14 +44,17 @@ class SinusoidalPositionalEncoding(nn.Module):
             "table", sinusoidal_positional_encoding(max_len, d_model), persistent=False
         )
 
-    def forward(self, x: Tensor, start: int = 0) -> Tensor:
-        end = start + x.size(1)
+    def forward(
+        self, x: Tensor, start: int = 0, positions: Tensor | None = None
+    ) -> Tensor:
+        end = start + x.size(1)  # positions, if given, are below x.size(1)
         table = (
             self.table
             if end <= len(self.table)
             else sinusoidal_positional_encoding(end, self.d_model).to(x.device)
         )
-        return x + table[start:end].to(x.dtype)
+        rows = table[start:end] if positions is None else table[positions]
+        return x + rows.to(x.dtype)
 
 
 class LearnedPositionalEmbedding(nn.Module):
@@ -64,18 +67,34 @@ class LearnedPositionalEmbedding(nn.Module):
         self.embedding = nn.Embedding(max_len, d_model)
         nn.init.normal_(self.embedding.weight, std=d_model**-0.5)
 
-    def forward(self, x: Tensor, start: int = 0) -> Tensor:
-        end = start + x.size(1)
+    def forward(
+        self, x: Tensor, start: int = 0, positions: Tensor | None = None
+    ) -> Tensor:
+        end = start + x.size(1)  # positions, if given, are below x.size(1)
         if end > self.max_len:
             raise ValueError(
                 f"learned positional embeddings cover {self.max_len} positions "
                 f"(max_len); got a sequence reaching position {end}"
             )
-        return x + self.embedding.weight[start:end].to(x.dtype)
+        weight = self.embedding.weight
+        rows = weight[start:end] if positions is None else weight[positions]
+        return x + rows.to(x.dtype)
+
+
+def segment_positions(segments: Tensor) -> Tensor:
+    """The position of each token within its sentence: segments (batch, n) numbers
+    the sentences packed in each row (0: padding); positions restart at 0 wherever
+    the number changes."""
+    index = torch.arange(segments.size(1), device=segments.device).expand_as(segments)
+    changes = torch.ones_like(segments, dtype=torch.bool)
+    changes[:, 1:] = segments[:, 1:] != segments[:, :-1]
+    starts = torch.where(changes, index, 0).cummax(dim=1).values
+    return index - starts
 
 
 __all__ = [
     'sinusoidal_positional_encoding',
     'SinusoidalPositionalEncoding',
     'LearnedPositionalEmbedding',
+    'segment_positions',
 ]

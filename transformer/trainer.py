@@ -33,6 +33,7 @@ from transformer.data import (
     Batch,
     BatchStream,
     PreparedData,
+    PackedBatchSampler,
     TokenBatchSampler,
     TokenizedSplit,
     default_cache_dir,
@@ -268,6 +269,8 @@ class TrainingConfig:
     accumulation steps (the paper: 25000); a batch of one process holds
     max_tokens // (processes * accumulate). compile=None compiles on CUDA only;
     pad_multiple=None pads lengths to a multiple of 8 when compiling, else not at all.
+    pack_length: pack whole pairs into rows of this many tokens a side, max_tokens //
+    pack_length rows a batch (Data chapter, Packing); None: batches by length, padded.
     prefetch: batches prepared ahead by a background thread. cache_dir: where prepared
     corpora are kept (None: see default_cache_dir).
     """
@@ -286,6 +289,7 @@ class TrainingConfig:
     precision: str = "auto"
     compile: bool | None = None
     pad_multiple: int | None = None
+    pack_length: int | None = None
     prefetch: int = 4
     device: str = "auto"
     seed: int = 0
@@ -308,17 +312,10 @@ class TrainingConfig:
         counts = ["vocab_size", "max_tokens", "accumulate", "warmup_steps", "log_every"]
         counts += ["eval_every", "keep_checkpoints", "max_steps", "checkpoint_every"]
         optional = ["max_steps", "checkpoint_every", "pad_multiple", "max_minutes"]
-        for name in [
-            *counts,
-            "pad_multiple",
-            "max_minutes",
-            "lr_scale",
-            "checkpoint_minutes",
-        ]:
-            value, integer = (
-                getattr(self, name),
-                name in counts or name == "pad_multiple",
-            )
+        optional += ["pack_length"]
+        counts += ["pad_multiple", "pack_length"]
+        for name in [*counts, "max_minutes", "lr_scale", "checkpoint_minutes"]:
+            value, integer = getattr(self, name), name in counts
             if value is None and name in optional:
                 continue
             kind = int if integer else (int, float)
@@ -344,14 +341,17 @@ def rank_sampler(
     rank: int,
     world_size: int,
     pad_multiple: int,
-) -> TokenBatchSampler:
+) -> TokenBatchSampler | PackedBatchSampler:
     """The batches of process `rank`: max_tokens per update, over ranks and accumulated
-    batches."""
+    batches; packed rows if config.pack_length is set."""
     parts = world_size * config.accumulate
+    shared = dict(seed=config.seed, rank=rank, world_size=world_size)
     try:
-        return TokenBatchSampler(lengths, config.max_tokens // parts, seed=config.seed,
-                                 rank=rank, world_size=world_size,
-                                 pad_multiple=pad_multiple)
+        if config.pack_length is not None:
+            return PackedBatchSampler(lengths, config.max_tokens // parts,
+                                      config.pack_length, **shared)
+        return TokenBatchSampler(lengths, config.max_tokens // parts,
+                                 pad_multiple=pad_multiple, **shared)
     except ValueError as error:
         raise ValueError(
             f"max_tokens={config.max_tokens} per update, over {world_size} process(es) "
@@ -364,18 +364,19 @@ class TrainBatches:
     """The training batches of one process, in its sampler's order from (epoch, index)
     on, prepared ahead in a background thread and moved to `device`."""
 
-    def __init__(self, split: TokenizedSplit, sampler: TokenBatchSampler,
-                 pad_multiple: int, prefetch: int, device: torch.device):
-        self.split, self.sampler, self.pad_multiple = split, sampler, pad_multiple
-        self.prefetch, self.device = prefetch, device
+    def __init__(self, split: TokenizedSplit,
+                 sampler: TokenBatchSampler | PackedBatchSampler, prefetch: int,
+                 device: torch.device):
+        self.split, self.sampler, self.prefetch = split, sampler, prefetch
+        self.device = device
         self.epoch, self.index = 0, 0  # the position of the next batch
         self._stream: Iterator[tuple[Batch, int, int]] | None = None
 
     def next(self) -> Batch:
         if self._stream is None:
             self._stream = iter(BatchStream(
-                self.split, self.sampler, self.epoch, self.index, self.pad_multiple,
-                self.prefetch, pin_memory=self.device.type == "cuda",
+                self.split, self.sampler, self.epoch, self.index, self.prefetch,
+                pin_memory=self.device.type == "cuda",
             ))
         batch, self.epoch, self.index = next(self._stream)
         return batch.to(self.device)
@@ -661,8 +662,7 @@ class Trainer:
         pad_multiple = config.pad_multiple or (8 if self.compile else 1)
         sampler = rank_sampler(data.train.lengths(), config, self.rank, self.world_size,
                                pad_multiple)
-        self.batches = TrainBatches(data.train, sampler, pad_multiple, config.prefetch,
-                                    self.device)
+        self.batches = TrainBatches(data.train, sampler, config.prefetch, self.device)
         self.step = 0
         self.network = data_parallel(self.model, self.device, self.world_size)
         self.forward_loss = torch.compile(self._loss) if self.compile else self._loss
@@ -700,10 +700,14 @@ class Trainer:
         out = out or path.parent
         return cls.from_config(model_config, config, out, state, overwrite, path.parent)
 
-    def _loss(self, src: Tensor, tgt_in: Tensor, tgt_out: Tensor) -> Tensor:
-        """The summed label-smoothed loss of one batch (what torch.compile compiles)."""
+    def _loss(
+        self, src: Tensor, tgt_in: Tensor, tgt_out: Tensor,
+        segments: tuple[Tensor, Tensor] | None = None,
+    ) -> Tensor:
+        """The summed label-smoothed loss of one batch (what torch.compile compiles);
+        segments: those of packed rows."""
         with autocast(self.device, self.dtype), attention_kernel(self.device):
-            logits = self.network(src, tgt_in, check_ids=False)
+            logits = self.network(src, tgt_in, check_ids=False, segments=segments)
         return label_smoothed_loss(logits, tgt_out, self.config.label_smoothing)
 
     def train_step(self) -> tuple[Tensor, int]:
@@ -719,7 +723,9 @@ class Trainer:
         for i, batch in enumerate(batches):
             no_sync = self.world_size > 1 and i < len(batches) - 1
             with self.network.no_sync() if no_sync else contextlib.nullcontext():
-                loss = self.forward_loss(batch.src, batch.tgt_in, batch.tgt_out)
+                loss = self.forward_loss(
+                    batch.src, batch.tgt_in, batch.tgt_out, batch.segments
+                )
                 # DDP averages gradients over ranks; times world_size: a sum over tokens
                 self.scaler.scale(loss * (self.world_size / total)).backward()
             loss_sum += loss.detach()
