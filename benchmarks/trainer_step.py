@@ -22,8 +22,12 @@ corpus whose target lengths follow the source lengths as a real corpus's do (a t
 0.8 to 1.25 times the source's words), with a shared BPE vocabulary of --vocab-size (37,000,
 the paper's and `train --preset base`'s).
 
---ablation then measures the first preset on the generated corpus once for each change of
-VARIANTS: the step with one of the Trainer's speed choices undone, to show what each is worth.
+Each preset and corpus is measured once for each of --batching: "padded" (batches by length,
+the default), "packed" (train --pack-length, rows of the longest pair's length rounded up to a
+multiple of 64, at least 128) and "packed, CUDA graphs" (packed, the step compiled with
+mode="reduce-overhead"). --ablation then measures the first preset on the generated corpus once
+for each change of VARIANTS: the step with one of the Trainer's speed choices undone, to show
+what each is worth.
 
     python benchmarks/trainer_step.py --device cuda --presets base big --ablation \\
         --data ../shared/data/multi30k --out benchmarks/results/train_gpu.json
@@ -43,7 +47,7 @@ import torch
 from report import machine, write_report
 from train_throughput import PEAK_TFLOPS, bare_step, sync
 from transformer import Trainer, TrainingConfig, TransformerConfig, label_smoothed_loss
-from transformer.data import PAD
+from transformer.data import PAD, prepare_data
 from transformer.trainer import autocast
 from transformer.training import learning_rate
 
@@ -107,6 +111,26 @@ def adam_not_fused(trainer: Trainer) -> None:
         trainer.optimizer, lambda done: learning_rate(done + 1, d_model, warmup))
 
 
+def cuda_graphs(trainer: Trainer) -> None:
+    """The step compiled with mode="reduce-overhead": replayed as CUDA graphs (fixed shapes)."""
+    trainer.forward_loss = torch.compile(trainer._loss, mode="reduce-overhead")
+
+
+def sentence_lengths(batch) -> tuple[torch.Tensor, torch.Tensor]:
+    """The source and target length of each sentence of a batch, padded or packed."""
+    if batch.segments is None:
+        return (batch.src != PAD).sum(1), (batch.tgt_out != PAD).sum(1)
+    return tuple(torch.bincount(s.flatten())[1:] for s in batch.segments)
+
+
+def row_length(corpus: Path, vocab_size: int, cache: Path) -> int:
+    """The packed rows' length: the longest pair's longer side, rounded up to 64, >= 128."""
+    longest = int(prepare_data(str(corpus), "en", "de", vocab_size, cache_dir=str(cache)).train.lengths().max())
+    return max(128, -(-longest // 64) * 64)
+
+
+BATCHING = {"padded": ({}, None), "packed": ({"pack_length": "auto"}, None),
+            "packed, CUDA graphs": ({"pack_length": "auto"}, cuda_graphs)}
 VARIANTS = {  # name: (TrainingConfig changes, change to the built Trainer)
     "not compiled": ({"compile": False, "pad_multiple": 8}, None),
     "loss not compiled": ({}, loss_not_compiled),
@@ -115,9 +139,12 @@ VARIANTS = {  # name: (TrainingConfig changes, change to the built Trainer)
 
 
 def measure(model_config, corpus: Path, args, work: Path, changes: dict | None = None, change=None) -> dict:
+    changes = dict(changes or {})
+    if changes.get("pack_length") == "auto":
+        changes["pack_length"] = row_length(corpus, args.vocab_size, work.parent / "cache")
     config = TrainingConfig(data=str(corpus), vocab_size=args.vocab_size, max_tokens=args.max_tokens,
                             precision="auto", device=args.device, cache_dir=str(work.parent / "cache"),
-                            warmup_steps=4000, checkpoint_minutes=1e9, max_steps=10**6, **(changes or {}))
+                            warmup_steps=4000, checkpoint_minutes=1e9, max_steps=10**6, **changes)
     trainer = Trainer.from_config(model_config, config, work / "run")
     if change is not None:
         change(trainer)
@@ -143,8 +170,7 @@ def measure(model_config, corpus: Path, args, work: Path, changes: dict | None =
             tokens += n_tokens
         loss_sum.item()
         seconds = time.perf_counter() - start
-        src_len = torch.cat([(b.src != PAD).sum(1) for b in seen]).cpu()
-        tgt_len = torch.cat([(b.tgt_out != PAD).sum(1) for b in seen]).cpu()
+        src_len, tgt_len = (torch.cat(side).cpu() for side in zip(*map(sentence_lengths, seen)))
         positions = sum(b.src.numel() + b.tgt_out.numel() for b in seen)
         flops = useful_flops(config, src_len, tgt_len)
         assert tokens == int(tgt_len.sum()), "the batches counted are the steps timed"
@@ -168,6 +194,7 @@ def measure(model_config, corpus: Path, args, work: Path, changes: dict | None =
     result["parameters"] = sum(p.numel() for p in trainer.model.parameters())
     result["vocabulary"] = config.tgt_vocab_size
     result["peak_tflops"] = peak
+    result["pack_length"] = trainer.config.pack_length
     return result
 
 
@@ -176,6 +203,7 @@ def main() -> None:
     parser.add_argument("--device", default="auto")
     parser.add_argument("--presets", nargs="+", default=["base"], choices=["base", "big"])
     parser.add_argument("--data", type=Path, help="a Multi30k folder (train.en.gz, ...); left out when absent")
+    parser.add_argument("--corpora", nargs="+", default=["generated", "multi30k"], choices=["generated", "multi30k"])
     parser.add_argument("--pairs", type=int, default=100_000, help="pairs of the generated corpus")
     parser.add_argument("--vocab-size", type=int, default=37_000)
     parser.add_argument("--max-tokens", type=int, default=25_000, help="tokens per update and side (paper: 25000)")
@@ -183,6 +211,8 @@ def main() -> None:
                         help="untimed steps first: each new batch shape is compiled (seconds a step)")
     parser.add_argument("--steps", type=int, default=20)
     parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--batching", nargs="+", default=["padded"], choices=list(BATCHING),
+                        help="batches by length (padded), packed rows, packed rows replayed as CUDA graphs")
     parser.add_argument("--ablation", nargs="*", choices=list(VARIANTS), metavar="VARIANT",
                         help=f"also measure these VARIANTS (all when none is named): {', '.join(VARIANTS)}; "
                         "first preset, generated corpus")
@@ -196,15 +226,21 @@ def main() -> None:
                                 "results": results, "ablation": ablation}, device)
 
     with tempfile.TemporaryDirectory() as work:
-        corpora = {"generated": write_correlated_corpus(Path(work) / "generated", args.pairs)}
-        if args.data is not None and (args.data / "train.en.gz").is_file():
+        corpora = {}
+        if "generated" in args.corpora:
+            corpora["generated"] = write_correlated_corpus(Path(work) / "generated", args.pairs)
+        if "multi30k" in args.corpora and args.data is not None and (args.data / "train.en.gz").is_file():
             corpora["multi30k"] = args.data
         for name, corpus in corpora.items():
             for preset in args.presets:
-                print(f"{preset}, {name}:", flush=True)
-                model_config = getattr(TransformerConfig, preset)()
-                results[f"{preset}, {name}"] = measure(model_config, corpus, args, Path(work) / f"{preset}-{name}")
-                write()
+                for batching in args.batching:
+                    key = f"{preset}, {name}" + ("" if batching == "padded" else f", {batching}")
+                    print(f"{key}:", flush=True)
+                    model_config = getattr(TransformerConfig, preset)()
+                    changes, change = BATCHING[batching]
+                    folder = Path(work) / key.replace(", ", "-").replace(" ", "_")
+                    results[key] = measure(model_config, corpus, args, folder, changes, change)
+                    write()
         for variant in (args.ablation or list(VARIANTS)) if args.ablation is not None else ():
             changes, change = VARIANTS[variant]
             print(f"{args.presets[0]}, generated, {variant}:", flush=True)

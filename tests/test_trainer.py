@@ -291,8 +291,9 @@ def test_compiled_training_runs_and_checkpoints_the_plain_model(tiny_corpus, tmp
 
 
 @pytest.mark.gpu
+@pytest.mark.parametrize("pack_length", [None, 50])
 @pytest.mark.parametrize("precision, tolerance", [("fp32", 1e-4), ("bf16", 2e-2)])
-def test_compiled_step_on_cuda_matches_the_eager_step(tiny_corpus, tmp_path, precision, tolerance):
+def test_compiled_step_on_cuda_matches_the_eager_step(tiny_corpus, tmp_path, precision, tolerance, pack_length):
     """Eight updates compiled and eager from the same weights on the same batches: each update's
     loss agrees to `tolerance` (relative). fp32 differs only in the order of sums; bf16 also in
     where the fused kernels round."""
@@ -301,7 +302,7 @@ def test_compiled_step_on_cuda_matches_the_eager_step(tiny_corpus, tmp_path, pre
     for compiled in (False, True):
         trainer = Trainer.from_config(
             config, _config(tiny_corpus, precision=precision, device="cuda", compile=compiled, pad_multiple=8,
-                            max_tokens=200), tmp_path / f"compile-{compiled}")
+                            max_tokens=200, pack_length=pack_length), tmp_path / f"compile-{compiled}")
         losses[compiled] = [(lambda s, n: s.item() / n)(*trainer.train_step()) for _ in range(8)]
     eager, compiled = torch.tensor(losses[False]), torch.tensor(losses[True])
     assert eager[-1] < eager[0], "the steps train"
