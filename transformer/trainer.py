@@ -665,7 +665,11 @@ class Trainer:
         self.batches = TrainBatches(data.train, sampler, config.prefetch, self.device)
         self.step = 0
         self.network = data_parallel(self.model, self.device, self.world_size)
-        self.forward_loss = torch.compile(self._loss) if self.compile else self._loss
+        graphs = cuda and config.pack_length is not None and self.world_size == 1
+        mode = "reduce-overhead" if graphs else None  # fixed shapes: CUDA graphs
+        self.forward_loss = (
+            torch.compile(self._loss, mode=mode) if self.compile else self._loss
+        )
 
     @classmethod
     def from_config(
