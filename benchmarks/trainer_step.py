@@ -196,6 +196,7 @@ def measure(model_config, corpus: Path, args, work: Path, changes: dict | None =
     result["vocabulary"] = config.tgt_vocab_size
     result["peak_tflops"] = peak
     result["pack_length"] = trainer.config.pack_length
+    result["row_lengths"] = getattr(trainer.batches.sampler, "row_lengths", None)
     return result
 
 

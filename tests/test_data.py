@@ -26,6 +26,7 @@ from transformer.data import (
     lowercases,
     pack_rows,
     pair_lengths,
+    row_lengths,
 )
 from transformer.data import BOS, EOS, PAD
 
@@ -194,29 +195,46 @@ def test_packed_rows_hold_every_pair_once_within_the_row_length(row_length):
         for pairs, rows in batches:
             assert rows.min() >= 0 and rows.max() < sampler.rows == 4
             for side in (0, 1):
-                assert np.bincount(rows, lengths[pairs, side]).max() <= row_length
+                assert np.bincount(rows, lengths[pairs, side]).max() <= sampler.row_lengths[side]
     assert [i.tolist() for i, _ in sampler.epoch(0)] != [i.tolist() for i, _ in sampler.epoch(1)]
     again = PackedBatchSampler(lengths, 4 * row_length, row_length, seed=1)
     assert [i.tolist() for i, _ in sampler.epoch(1)] == [i.tolist() for i, _ in again.epoch(1)]
 
 
-def test_rows_of_sentences_whose_sides_correlate_are_nearly_full():
+@pytest.mark.parametrize("ratio", [1.0, 0.6, 1.5])
+def test_rows_of_sentences_whose_sides_correlate_are_nearly_full(ratio):
     rng = np.random.default_rng(0)
     src = rng.integers(5, 40, 3000)
-    lengths = np.stack([src, np.rint(src * rng.uniform(0.8, 1.25, 3000))], 1).astype(int)
-    rows = pack_rows(lengths, 128)
-    positions = 2 * 128 * (rows.max() + 1)
-    assert 1 - lengths.sum() / positions < 0.05, "under 5% of the positions are padding"
+    tgt = np.maximum(1, np.rint(src * ratio * rng.uniform(0.8, 1.25, 3000)))
+    lengths = np.stack([src, tgt], 1).astype(int)
+    sides = row_lengths(lengths, 128)
+    rows = pack_rows(lengths, sides)
+    for side in (0, 1):
+        assert np.bincount(rows, lengths[:, side]).max() <= sides[side]
+        padding = 1 - lengths[:, side].sum() / (sides[side] * (rows.max() + 1))
+        # the shorter side's row is rounded up to a multiple of 8: up to 7 positions more
+        assert padding < 0.1, f"side {side}: {padding:.1%} of the positions are padding"
+
+
+def test_row_lengths_follow_the_sides_totals():
+    # sources 30 tokens in all, targets 20: the source row 40, the target 40 * 20/30 -> 32
+    assert row_lengths(np.array([[10, 5], [20, 15]]), 40) == (40, 32)
+    assert row_lengths(np.array([[5, 10], [15, 20]]), 40) == (32, 40)
+    # at least the longest sentence of the shorter side
+    assert row_lengths(np.array([[30, 2], [30, 2], [1, 29]]), 40) == (40, 29)
 
 
 def test_best_fit_decreasing_on_a_hand_worked_example():
     # longest first: 7 opens row 0 (room 3), 6 opens row 1 (room 4), 4 fits row 1 exactly
     # (least room that fits), 3 fits row 0, 2 opens row 2
     lengths = np.array([[3, 3], [7, 7], [2, 2], [6, 6], [4, 4]])
-    assert pack_rows(lengths, 10).tolist() == [0, 0, 2, 1, 1]
+    assert pack_rows(lengths, (10, 10)).tolist() == [0, 0, 2, 1, 1]
     # a row's room is the smaller of its two sides', and a pair needs room for its longer
     # side: (1, 6) leaves (9, 4), room 4, so (5, 1) opens a row though its sides would fit
-    assert pack_rows(np.array([[5, 1], [1, 6]]), 10).tolist() == [1, 0]
+    assert pack_rows(np.array([[5, 1], [1, 6]]), (10, 10)).tolist() == [1, 0]
+    # rows of 4 source and 2 target tokens: (1, 2) fills a row's target side alone (row 0),
+    # and the two (2, 1) share the next
+    assert pack_rows(np.array([[2, 1], [1, 2], [2, 1]]), (4, 2)).tolist() == [1, 0, 1]
 
 
 def test_packed_batches_hold_the_tokens_of_the_padded_batches():
@@ -225,7 +243,8 @@ def test_packed_batches_hold_the_tokens_of_the_padded_batches():
     sampler = PackedBatchSampler(split.lengths(), 64, 16, seed=0)
     for item in sampler.epoch(0):
         batch, (indices, rows) = sampler.batch(split, item), item
-        assert batch.src.shape == batch.tgt_in.shape == batch.tgt_out.shape == (4, 16)
+        assert batch.src.shape == (4, sampler.row_lengths[0])
+        assert batch.tgt_in.shape == batch.tgt_out.shape == (4, sampler.row_lengths[1])
         assert batch.n_tokens == (batch.tgt_out != PAD).sum() == (batch.tgt_segments > 0).sum()
         for k, (i, row) in enumerate(zip(indices, rows)):
             source, target = pairs[i]

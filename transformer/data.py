@@ -11,6 +11,7 @@ import hashlib
 import importlib.metadata
 import itertools
 import json
+import math
 import os
 import queue
 import random
@@ -395,9 +396,9 @@ class Batch:
 
     def _apply(self, function: Callable[[Tensor], Tensor]) -> Batch:
         values = {f.name: getattr(self, f.name) for f in fields(self)}
-        return Batch(
-            **{k: function(v) if isinstance(v, Tensor) else v for k, v in values.items()}
-        )
+        return Batch(**{
+            k: function(v) if isinstance(v, Tensor) else v for k, v in values.items()
+        })
 
     def to(self, device: torch.device | str) -> Batch:
         return self._apply(lambda t: t.to(device, non_blocking=True))
@@ -480,17 +481,18 @@ class TokenizedSplit:
         return Batch(*tensors, n_tokens=int(tgt_len.sum()) + len(indices))
 
     def packed_batch(
-        self, indices: np.ndarray, rows: np.ndarray, n_rows: int, row_length: int
+        self, indices: np.ndarray, rows: np.ndarray, n_rows: int,
+        row_lengths: tuple[int, int],
     ) -> Batch:
-        """The pairs `indices` packed into n_rows rows of row_length tokens a side, pair
-        k in row rows[k], after the pairs before it in that row."""
+        """The pairs `indices` packed into n_rows rows of row_lengths (source, target)
+        tokens, pair k in row rows[k], after the pairs before it in that row."""
         indices, rows = np.asarray(indices, np.int64), np.asarray(rows, np.int64)
         lengths = self.lengths()[indices]
-        shape, side = (n_rows, row_length), (self.src_ids, self.src_offsets)
-        src, src_segments = _pack(*side, indices, rows, _starts(lengths[:, 0], rows),
-                                  shape, bos=False)
+        source = (self.src_ids, self.src_offsets, indices, rows,
+                  _starts(lengths[:, 0], rows), (n_rows, row_lengths[0]))
         target = (self.tgt_ids, self.tgt_offsets, indices, rows,
-                  _starts(lengths[:, 1], rows), shape)
+                  _starts(lengths[:, 1], rows), (n_rows, row_lengths[1]))
+        src, src_segments = _pack(*source, bos=False)
         tgt_in, tgt_segments = _pack(*target, bos=True)
         tgt_out, _ = _pack(*target, bos=False)
         n_tokens = int(lengths[:, 1].sum())
@@ -841,16 +843,30 @@ class BatchStream:
             thread.join()
 
 
-def pack_rows(lengths: np.ndarray, row_length: int) -> np.ndarray:
+def row_lengths(lengths: np.ndarray, row_length: int) -> tuple[int, int]:
+    """(source, target) row lengths for pairs of these (n, 2) lengths: row_length for
+    the side with more tokens, the other's in proportion to its share, rounded up to a
+    multiple of 8 and at least its longest sentence."""
+    totals, longest = lengths.sum(axis=0), lengths.max(axis=0, initial=0)
+    long = int(np.argmax(totals))  # the side with more tokens
+    share = math.ceil(row_length * int(totals[1 - long]) / max(int(totals[long]), 1))
+    other = min(max(_round_up(share, 8), int(longest[1 - long])), row_length)
+    return (row_length, other) if long == 0 else (other, row_length)
+
+
+def pack_rows(lengths: np.ndarray, row_length: tuple[int, int]) -> np.ndarray:
     """Best fit decreasing: the row of each pair (rows numbered from 0), so that no row
-    holds more than row_length tokens on either side. lengths: (n, 2), in the order in
-    which ties are taken."""
-    width = lengths.max(axis=1)
-    room = [[] for _ in range(row_length + 1)]  # room[c]: rows with c tokens of room
+    holds more than row_length[0] source or row_length[1] target tokens. lengths:
+    (n, 2), in the order in which ties are taken."""
+    g = math.gcd(*row_length)
+    unit = np.array([row_length[1] // g, row_length[0] // g])  # per token, each side
+    need = lengths * unit  # both sides on one scale, a row holding `full` units
+    full, width = row_length[0] * int(unit[0]), need.max(axis=1)
+    room = [[] for _ in range(full + 1)]  # room[c]: rows with c units of room
     nonempty = 0  # bit c set: room[c] holds a row
-    free_src, free_tgt, rows = [], [], np.empty(len(lengths), dtype=np.int64)
+    free, rows = [], np.empty(len(lengths), dtype=np.int64)
     for i in np.argsort(-width, kind="stable").tolist():
-        (a, b), w = lengths[i].tolist(), int(width[i])
+        (a, b), w = need[i].tolist(), int(width[i])
         fits = nonempty >> w  # buckets of room >= w, from w on
         if fits:
             c = w + (fits & -fits).bit_length() - 1  # the least room that fits
@@ -858,22 +874,21 @@ def pack_rows(lengths: np.ndarray, row_length: int) -> np.ndarray:
             if not room[c]:
                 nonempty &= ~(1 << c)
         else:
-            row = len(free_src)
-            free_src.append(row_length)
-            free_tgt.append(row_length)
-        free_src[row] -= a
-        free_tgt[row] -= b
+            row = len(free)
+            free.append([full, full])
+        free[row][0] -= a
+        free[row][1] -= b
         rows[i] = row
-        c = min(free_src[row], free_tgt[row])
+        c = min(free[row])
         room[c].append(row)
         nonempty |= 1 << c
     return rows
 
 
 class PackedBatchSampler:
-    """Batches of max_tokens // row_length rows of row_length tokens a side, whole
-    pairs packed into them (pack_rows). lengths, shuffle, seed, rank and world_size as
-    for TokenBatchSampler."""
+    """Batches of max_tokens // row_length rows, whole pairs packed into them
+    (pack_rows; row lengths per side from row_lengths). lengths, shuffle, seed, rank
+    and world_size as for TokenBatchSampler."""
 
     def __init__(
         self,
@@ -902,7 +917,9 @@ class PackedBatchSampler:
                 f"rank must be in [0, world_size={world_size}); got {rank}"
             )
         self.max_tokens, self.row_length = max_tokens, row_length
-        self.shuffle, self.seed, self.rank, self.world_size = shuffle, seed, rank, world_size
+        self.row_lengths = row_lengths(self.lengths, row_length)
+        self.shuffle, self.seed = shuffle, seed
+        self.rank, self.world_size = rank, world_size
 
     def __len__(self) -> int:
         return len(self.epoch(0))
@@ -912,7 +929,7 @@ class PackedBatchSampler:
         rng = np.random.default_rng([self.seed % 2**32, epoch])
         n = len(self.lengths)
         order = rng.permutation(n) if self.shuffle else np.arange(n)
-        row = pack_rows(self.lengths[order], self.row_length)
+        row = pack_rows(self.lengths[order], self.row_lengths)
         n_rows = int(row.max(initial=-1)) + 1
         place = rng.permutation(n_rows) if self.shuffle else np.arange(n_rows)
         slot = place[row]  # the rows in their shuffled order
@@ -933,9 +950,11 @@ class PackedBatchSampler:
             batches = batches[:kept][self.rank :: self.world_size]
         return batches
 
-    def batch(self, split: TokenizedSplit, item: tuple[np.ndarray, np.ndarray]) -> Batch:
-        """The tensors of one planned batch: (rows, row_length) each side."""
-        return split.packed_batch(*item, self.rows, self.row_length)
+    def batch(
+        self, split: TokenizedSplit, item: tuple[np.ndarray, np.ndarray]
+    ) -> Batch:
+        """The tensors of one planned batch: (rows, row length) on each side."""
+        return split.packed_batch(*item, self.rows, self.row_lengths)
 
 
 def _pack(ids, offsets, indices, rows, starts, shape, bos: bool):
@@ -987,6 +1006,7 @@ __all__ = [
     'PreparedData',
     'prepare_data',
     'BatchStream',
+    'row_lengths',
     'pack_rows',
     'PackedBatchSampler',
 ]

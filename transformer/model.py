@@ -590,22 +590,23 @@ class Transformer(nn.Module):
         self, src: Tensor, tgt: Tensor, src_segments: Tensor, tgt_segments: Tensor,
         check_ids: bool = True,
     ) -> Tensor:
-        """forward on packed rows: src, tgt and their segments (batch, n) and (batch, m)."""
-        self._check_ids(src, "src", check_ids)
-        self._check_ids(tgt, "tgt", check_ids)
-        for name, ids, seg in (("src", src, src_segments), ("tgt", tgt, tgt_segments)):
-            if seg.shape != ids.shape:
+        """forward on packed rows: ids and their segments, (batch, n) and (batch, m)."""
+        sides = (("src", src, src_segments), ("tgt", tgt, tgt_segments))
+        for name, ids, segments in sides:
+            self._check_ids(ids, name, check_ids)
+            if segments.shape != ids.shape:
                 raise ValueError(
-                    f"{name}_segments must have the shape of {name} {tuple(ids.shape)}; "
-                    f"got {tuple(seg.shape)}"
+                    f"{name}_segments must have the shape of {name} "
+                    f"{tuple(ids.shape)}; got {tuple(segments.shape)}"
                 )
         x = self.src_embed(src, check_ids=False)
-        x = self.dropout(self.src_positions(x, positions=segment_positions(src_segments)))
-        memory = self.encoder(x, segment_mask(src_segments, src_segments))
+        x = self.src_positions(x, positions=segment_positions(src_segments))
+        memory = self.encoder(self.dropout(x), segment_mask(src_segments, src_segments))
         y = self.tgt_embed(tgt, check_ids=False)
-        y = self.dropout(self.tgt_positions(y, positions=segment_positions(tgt_segments)))
-        cross, own = (segment_mask(tgt_segments, s) for s in (src_segments, tgt_segments))
-        return self.output(self.decoder(y, memory, cross, self_mask=own))
+        y = self.tgt_positions(y, positions=segment_positions(tgt_segments))
+        cross = segment_mask(tgt_segments, src_segments)
+        own = segment_mask(tgt_segments, tgt_segments)
+        return self.output(self.decoder(self.dropout(y), memory, cross, self_mask=own))
 
 
 __all__ = [
