@@ -4,6 +4,7 @@
 #
 #   bash benchmarks/gpu.sh tests                      # the CUDA-marked tests
 #   bash benchmarks/gpu.sh throughput DATA            # Trainer.train_step, base and big: tokens/s, MFU
+#   bash benchmarks/gpu.sh packing DATA               # padded batches, packed rows, packed without CUDA graphs
 #   bash benchmarks/gpu.sh ablation                   # the base step, one speed choice undone at a time
 #   bash benchmarks/gpu.sh bare                       # the bare model step beside nn.Transformer
 #   bash benchmarks/gpu.sh attention                  # cuDNN's masked attention at lengths 64 mod 128
@@ -24,7 +25,7 @@
 # DATA is the Multi30k folder (default ../shared/data/multi30k); results go to
 # benchmarks/results, logs and runs to runs/gpu.
 set -euo pipefail
-stage=${1:?stage: tests, throughput, ablation, bare, attention, profile, multi30k or decoding}
+stage=${1:?stage: tests, throughput, packing, ablation, bare, attention, profile, multi30k or decoding}
 data=${2:-../shared/data/multi30k}
 logs=runs/gpu
 results=benchmarks/results
@@ -46,6 +47,21 @@ throughput)
         python benchmarks/trainer_step.py --device cuda --presets "$preset" --warmup 40 \
             --out "$results/trainer_step_gpu_${preset}_37k.json"
     done
+    ;;
+packing)
+    # Trainer.train_step with batches by length, packed rows (CUDA graphs on one GPU) and packed
+    # rows without CUDA graphs: base at the paper's vocabulary on the generated corpus, base and
+    # big on Multi30k (trainer_step_gpu_*_packing.json). The first record was measured at a
+    # commit that replayed CUDA graphs only when asked, as its command's names say.
+    python benchmarks/trainer_step.py --device cuda --presets base --corpora generated --pairs 60000 \
+        --vocab-size 37000 --warmup 30 --batching padded packed "packed, no CUDA graphs" \
+        --out "$results/trainer_step_gpu_base_packing.json"
+    python benchmarks/trainer_step.py --device cuda --presets base --corpora multi30k --data "$data" \
+        --vocab-size 8000 --warmup 30 --batching padded packed "packed, no CUDA graphs" \
+        --out "$results/trainer_step_gpu_base_multi30k_packing.json"
+    python benchmarks/trainer_step.py --device cuda --presets big --corpora multi30k --data "$data" \
+        --vocab-size 8000 --warmup 20 --steps 15 --batching padded packed \
+        --out "$results/trainer_step_gpu_big_multi30k_packing.json"
     ;;
 ablation)
     # the base step with one of the Trainer's speed choices undone at a time (not yet measured)
@@ -98,7 +114,7 @@ decoding)
         --device cuda --out "$results/decoding_gpu.json"
     ;;
 *)
-    echo "unknown stage $stage: expected tests, throughput, ablation, bare, attention, profile, multi30k or decoding" >&2
+    echo "unknown stage $stage: expected tests, throughput, packing, ablation, bare, attention, profile, multi30k or decoding" >&2
     exit 2
     ;;
 esac

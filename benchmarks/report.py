@@ -14,6 +14,7 @@ import importlib.metadata
 import json
 import os
 import platform
+import shlex
 import subprocess
 import sys
 import time
@@ -108,7 +109,7 @@ def command_line() -> str:
             words.append(word)
         else:
             words.append(_from_repo(word))
-    return "python " + " ".join(words)
+    return "python " + shlex.join(words)
 
 
 def write_report(path: Path, results: dict, device: torch.device | None = None) -> None:
