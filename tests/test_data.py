@@ -220,8 +220,19 @@ def test_row_lengths_follow_the_sides_totals():
     # sources 30 tokens in all, targets 20: the source row 40, the target 40 * 20/30 -> 32
     assert row_lengths(np.array([[10, 5], [20, 15]]), 40) == (40, 32)
     assert row_lengths(np.array([[5, 10], [15, 20]]), 40) == (32, 40)
-    # at least the longest sentence of the shorter side
-    assert row_lengths(np.array([[30, 2], [30, 2], [1, 29]]), 40) == (40, 29)
+    # at least the longest sentence of the shorter side, rounded up to 8
+    assert row_lengths(np.array([[30, 2], [30, 2], [1, 29]]), 40) == (40, 32)
+
+
+def test_ranks_share_the_packed_batches_without_overlap():
+    lengths = np.array(pair_lengths(_random_pairs(300, seed=5)))
+    whole = PackedBatchSampler(lengths, 64, 16, seed=0).epoch(0)
+    shards = [PackedBatchSampler(lengths, 64, 16, seed=0, rank=r, world_size=3).epoch(0) for r in range(3)]
+    assert len({len(s) for s in shards}) == 1, "the same number of batches on every rank"
+    interleaved = [(i.tolist(), r.tolist()) for s in zip(*shards) for i, r in s]
+    assert interleaved == [(i.tolist(), r.tolist()) for i, r in whole[: len(shards[0]) * 3]]
+    with pytest.raises(ValueError, match="no pairs to pack"):
+        PackedBatchSampler(np.zeros((0, 2), int), 64, 16)
 
 
 def test_best_fit_decreasing_on_a_hand_worked_example():

@@ -845,12 +845,12 @@ class BatchStream:
 
 def row_lengths(lengths: np.ndarray, row_length: int) -> tuple[int, int]:
     """(source, target) row lengths for pairs of these (n, 2) lengths: row_length for
-    the side with more tokens, the other's in proportion to its share, rounded up to a
-    multiple of 8 and at least its longest sentence."""
+    the side with more tokens, the other's in proportion to its share and at least its
+    longest sentence, rounded up to a multiple of 8 (at most row_length)."""
     totals, longest = lengths.sum(axis=0), lengths.max(axis=0, initial=0)
     long = int(np.argmax(totals))  # the side with more tokens
     share = math.ceil(row_length * int(totals[1 - long]) / max(int(totals[long]), 1))
-    other = min(max(_round_up(share, 8), int(longest[1 - long])), row_length)
+    other = min(_round_up(max(share, int(longest[1 - long])), 8), row_length)
     return (row_length, other) if long == 0 else (other, row_length)
 
 
@@ -901,6 +901,8 @@ class PackedBatchSampler:
         world_size: int = 1,
     ):
         self.lengths = np.asarray(lengths, dtype=np.int64).reshape(-1, 2)
+        if not len(self.lengths):
+            raise ValueError("no pairs to pack")
         too_long = np.flatnonzero(self.lengths.max(axis=1) > row_length)
         if len(too_long):
             raise ValueError(

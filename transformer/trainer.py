@@ -326,6 +326,11 @@ class TrainingConfig:
                 raise ValueError(
                     f"{name} must be a positive finite number; got {value!r}"
                 )
+        if self.pack_length is not None and self.pack_length % 8:
+            raise ValueError(
+                "pack_length must be a multiple of 8 (whole tiles for the matrix "
+                f"kernels); got {self.pack_length}"
+            )
         if self.prefetch < 0:
             raise ValueError(f"prefetch must be >= 0 batches; got {self.prefetch}")
         if not 0.0 <= self.label_smoothing < 1.0:
@@ -665,8 +670,11 @@ class Trainer:
         self.batches = TrainBatches(data.train, sampler, config.prefetch, self.device)
         self.step = 0
         self.network = data_parallel(self.model, self.device, self.world_size)
-        graphs = cuda and config.pack_length is not None and self.world_size == 1
-        mode = "reduce-overhead" if graphs else None  # fixed shapes: CUDA graphs
+        # fixed shapes: CUDA graphs, with one process and no accumulation (a replay
+        # would overwrite the gradients an accumulated batch left in the graph's memory)
+        graphs = cuda and config.pack_length is not None
+        graphs = graphs and self.world_size == 1 and config.accumulate == 1
+        mode = "reduce-overhead" if graphs else None
         self.forward_loss = (
             torch.compile(self._loss, mode=mode) if self.compile else self._loss
         )
