@@ -297,6 +297,19 @@ def _round_up(n: np.ndarray | int, multiple: int) -> np.ndarray | int:
     return -(-n // multiple) * multiple
 
 
+def _rank_share(batches: list, rank: int, world_size: int) -> list:
+    """Every world_size-th batch from `rank` on, the same number for every rank (the
+    last few batches of an epoch dropped)."""
+    if world_size == 1:
+        return batches
+    if len(batches) < world_size:
+        raise ValueError(
+            f"{len(batches)} batches cannot be shared by {world_size} processes"
+        )
+    kept = len(batches) - len(batches) % world_size
+    return batches[:kept][rank::world_size]
+
+
 class TokenBatchSampler:
     """Batches of pair indices whose padded size stays within max_tokens per side.
 
@@ -359,15 +372,7 @@ class TokenBatchSampler:
             start += size
         if self.shuffle:
             batches = [batches[i] for i in rng.permutation(len(batches))]
-        if self.world_size > 1:
-            if len(batches) < self.world_size:
-                raise ValueError(
-                    f"{len(batches)} batches cannot be shared by {self.world_size} "
-                    "processes"
-                )
-            kept = len(batches) - len(batches) % self.world_size
-            batches = batches[:kept][self.rank :: self.world_size]
-        return batches
+        return _rank_share(batches, self.rank, self.world_size)
 
 
 @dataclass
@@ -942,15 +947,7 @@ class PackedBatchSampler:
             (indices, rows % self.rows)
             for indices, rows in zip(np.split(order, cuts), np.split(slot, cuts))
         ]
-        if self.world_size > 1:
-            if len(batches) < self.world_size:
-                raise ValueError(
-                    f"{len(batches)} batches cannot be shared by {self.world_size} "
-                    "processes"
-                )
-            kept = len(batches) - len(batches) % self.world_size
-            batches = batches[:kept][self.rank :: self.world_size]
-        return batches
+        return _rank_share(batches, self.rank, self.world_size)
 
     def batch(
         self, split: TokenizedSplit, item: tuple[np.ndarray, np.ndarray]
