@@ -364,6 +364,19 @@ def test_encode_pairs_and_lengths():
     assert pair_lengths(pairs) == [(len(pairs[0][0]) + 1, len(pairs[0][1]) + 1)]
 
 
+def test_punctuation_is_split_from_words_and_the_text_restored_exactly():
+    texts = ["a man sits on a bench.", "two dogs, playing", "the bench is red!"] * 20
+    odd = ["He said: \"t-shirt's fine\" , ok ...", "two  spaces ,", "¿qué? (sí)"]
+    tokenizer = train_tokenizer(iter(texts + odd), vocab_size=80)
+    # the word's tokens do not depend on the mark that follows it (hand-written oracle)
+    for word, mark in [("bench", "."), ("dogs", ","), ("red", "!")]:
+        alone = tokenizer.encode(f"the {word}").tokens
+        assert tokenizer.encode(f"the {word}{mark}").tokens == alone + [mark]
+    assert not [t for t in tokenizer.get_vocab() if len(t) > 1 and set(t) & set(".,!?:")]
+    for text in odd:  # characters it has seen, spaced and punctuated oddly
+        assert tokenizer.decode(tokenizer.encode(text).ids) == text
+
+
 def test_a_lowercase_tokenizer_encodes_cased_text_as_its_lowercase(tmp_path):
     cased = [(src.title(), tgt.capitalize()) for src, tgt in PAIRS]
     texts = [text for pair in cased for text in pair]

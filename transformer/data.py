@@ -257,7 +257,9 @@ def train_tokenizer(
     tokenizer.normalizer = (
         normalizers.Sequence([nfkc, normalizers.Lowercase()]) if lowercase else nfkc
     )
-    tokenizer.pre_tokenizer = pre_tokenizers.Metaspace()
+    tokenizer.pre_tokenizer = pre_tokenizers.Sequence(
+        [pre_tokenizers.Metaspace(), pre_tokenizers.Punctuation()]
+    )
     tokenizer.decoder = decoders.Metaspace()
     trainer = trainers.BpeTrainer(
         vocab_size=vocab_size, special_tokens=SPECIAL_TOKENS, show_progress=False
@@ -687,7 +689,7 @@ class PreparedData:
 def _cached_tokenizer(
     cache: Path, train: tuple[str, ChunkReader], vocab_size: int, lowercase: bool
 ) -> Tokenizer:
-    salt = ["bpe-v1", "lowercase"] if lowercase else ["bpe-v1"]  # old keys unchanged
+    salt = ["bpe-v2", "lowercase"] if lowercase else ["bpe-v2"]  # v2: punctuation split
     key = _sha256(train[0], str(vocab_size), *salt)
     path = cache / "tokenizers" / f"{key}.json"
     if path.is_file():
