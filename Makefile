@@ -7,7 +7,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 NOTEBOOKS := build/notebooks
 
-.PHONY: install export notebooks test test-quick test-browser book train lab clean
+.PHONY: install export notebooks test test-quick test-browser book web-packages train lab clean
 
 install: $(VENV)/.installed
 
@@ -45,9 +45,21 @@ test-browser: book
 	  || { echo "make test-browser needs Chromium: apt-get install chromium (or your system's package)"; exit 1; }
 	$(BIN)/python -m pytest tests/test_browser.py -v
 
-# The executed HTML book in _build/html, warnings as errors.
-book: install
+# The executed HTML book in _build/html, warnings as errors; then the deploy chapter's
+# in-page translator (tools/web.py), whose runtime npm installs from web/package-lock.json.
+# Without npm the book still builds, and that page says what is missing.
+book: install web-packages
 	$(BIN)/jupyter-book build . --warningiserror --nitpick --keep-going
+	$(BIN)/python tools/web.py
+
+web-packages:
+	@if command -v npm >/dev/null; then \
+	  [ web/node_modules/.package-lock.json -nt web/package-lock.json ] \
+	  || npm ci --prefix web --ignore-scripts --no-audit --no-fund --loglevel=error; \
+	else \
+	  echo "make book: no npm, so the in-page translator is left out (install Node.js 20+" \
+	    "with npm, e.g. apt-get install nodejs npm, then make book again)"; \
+	fi
 
 # Train the small preset on the embedded number corpus (the README says how long it takes on a
 # 2-core CPU, from benchmarks/results/fresh_clone.json). The budget is in steps, so a slower

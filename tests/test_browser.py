@@ -156,6 +156,65 @@ def test_page_layout(site, page_path):
     page.close()
 
 
+TRANSLATOR = HTML / "_static" / "translate" / "models" / "numbers"
+
+
+def test_the_translator_in_the_page_translates_as_python_does(site):
+    """The deploy chapter's translator (tools/web.py's files) on the book's number model:
+    greedy and beam translations equal onnxruntime's in Python (OnnxTranslator), greedy
+    ones PyTorch's too; the map drawn with a row per output token and a column per source
+    token; no request leaves the book's own files; no console error."""
+    if not (TRANSLATOR / "model.json").is_file():
+        pytest.skip("the book was built without npm: no in-page translator (make book)")
+    from transformer import OnnxTranslator, small_number_run, train_once, translate
+
+    onnx = OnnxTranslator(TRANSLATOR)
+    examples = onnx.meta["about"]["examples"]
+    sentences = examples + ["nine hundred and ninety-nine", "one", "seventy thousand, and six"]
+    expected = {k: onnx.translate(sentences, beam_size=k) for k in (1, 4)}
+    trainer, _ = train_once(*small_number_run())  # the model the build exported
+    model, tokenizer = trainer.model.eval(), trainer.data.tokenizer
+    assert expected[1] == translate(model, tokenizer, sentences, beam_size=1, batch_size=1)
+
+    browser, base = site
+    page = browser.new_page()
+    problems, requests = [], []
+    page.on("console", lambda m: problems.append(m.text) if m.type == "error" else None)
+    page.on("pageerror", lambda e: problems.append(str(e)))
+    page.on("request", lambda r: requests.append(r.url))
+    page.goto(base + "book/deploy.html", wait_until="load")
+    page.wait_for_selector("#translator[data-ready=true]", timeout=60_000)
+    got = page.evaluate("""async ([sentences, base]) => {
+        const { Translator } = await import(base + "_static/translate/translate.js");
+        const t = await Translator.fromUrl(new URL("_static/translate/models/numbers/", base));
+        const out = {};
+        for (const k of [1, 4]) {
+            out[k] = [];
+            for (const s of sentences) out[k].push((await t.translate(s, k)).text);
+        }
+        return out;
+    }""", [sentences, base])
+    assert got["1"] == expected[1] and got["4"] == expected[4]
+
+    # through the controls: a sentence typed, beam search chosen, the map drawn
+    sentence = examples[0]
+    page.fill("#translator input[type=text]", sentence)
+    page.select_option("#translator select[aria-label=decoding]", "4")
+    page.click("#translator button:text('Translate')")
+    page.wait_for_function("() => document.querySelector('.translator-output').dataset"
+                           ".translation !== undefined")
+    assert page.inner_text(".translator-translation") == expected[4][0]
+    src = tokenizer.encode(sentence, add_special_tokens=False).ids + [onnx.meta["eos_id"]]
+    steps, _, n = onnx.beam(src, 4)[1].shape  # a row per output step, a column per token
+    assert page.locator(".attention-map rect").count() == steps * n
+    assert page.locator(".attention-map > text").count() == steps + n, "every label"
+    hypotheses = page.locator(".translator-beam li").all_inner_texts()
+    assert 1 <= len(hypotheses) <= 4 and hypotheses[0].startswith(expected[4][0] + " (")
+    assert all(url.startswith(base) for url in requests), "a request left the book"
+    assert not problems, problems
+    page.close()
+
+
 @pytest.fixture(scope="module")
 def jupyterlab(tmp_path_factory):
     """A JupyterLab (the one `make lab` installs) serving a copy of the chapters, and a

@@ -98,6 +98,19 @@ def test_greedy_translations_equal_translate(exported):
     assert len(weights) in (len(ids), len(ids) + 1), "a row of the map per output step"
 
 
+@pytest.mark.parametrize("beam_size, alpha", [(4, 0.6), (3, 0.0), (5, 1.0)])
+def test_beam_translations_equal_translate(exported, beam_size, alpha):
+    model, tokenizer, folder, _ = exported
+    translator = OnnxTranslator(folder)
+    ours = translator.translate(SENTENCES, beam_size=beam_size, alpha=alpha)
+    assert ours == translate(model, tokenizer, SENTENCES, beam_size=beam_size, alpha=alpha)
+    src = tokenizer.encode("two blue dogs", add_special_tokens=False).ids + [EOS]
+    ids, weights = translator.beam(src, beam_size, alpha)
+    assert weights.shape[1:] == (4, len(src))
+    assert len(weights) in (len(ids), len(ids) + 1), "a row of the map per output step"
+    assert translator.beam(src, 1, alpha)[0] == translator.greedy(src)[0], "k = 1 is greedy"
+
+
 def test_model_json_says_how_to_drive_the_graphs(exported):
     model, tokenizer, folder, _ = exported
     meta = json.loads((folder / "model.json").read_text())

@@ -75,6 +75,21 @@ def _multi30k_row(name: str, task: str, minutes: int = 60) -> str:
     )
 
 
+def _cli_row(name: str, task: str) -> str:
+    """A recipe run with the plain commands (benchmarks/cli_runs.py): medians over seeds."""
+    record = _record(name)
+    spread, seeds = record["spread"], len(record["seeds"])
+    train = next(iter(record["seeds"].values()))["train"]
+    options = " ".join(o for o in train.split() if o in ("--lowercase", "--max-minutes"))
+    minutes = train.split("--max-minutes ")[1].split()[0]
+    over = f"median of {seeds} seeds" if seeds > 1 else "one seed"
+    return (
+        f"| {task} | `train {options} {minutes}` then `evaluate` (final model: the average of "
+        f"the last checkpoints, beam 4); {spread['steps']['median']:,.0f} updates, {over} "
+        f"| {spread['test_tokenized_bleu']['median']:.2f} tokenized BLEU | `{name}` |"
+    )
+
+
 def results() -> str:
     """One small table of the book's results."""
     parsing = _record("parsing.json")
@@ -84,6 +99,7 @@ def results() -> str:
         "|---|---|---|---|",
         _multi30k_row("multi30k_en_de_tiny_w800.json", "Multi30k EN-DE, test2016"),
         _multi30k_row("multi30k_en_de_lc.json", "Multi30k EN-DE, lowercased tokenized text"),
+        _cli_row("multi30k_en_de_lc_cli.json", "Multi30k EN-DE, lowercased, the command line"),
         _multi30k_row("multi30k_en_fr_tiny.json", "Multi30k EN-FR, test2016"),
         f"| parsing (§6.3), a treebank sampled from a grammar | 4 layers, d_model "
         f"{parsing['model']['d_model']}, {parsing['steps']:,} updates; beam 21, alpha 0.3 "
@@ -120,7 +136,8 @@ def gpu_speed() -> str:
     )
 
 
-MULTI30K = ["multi30k_en_de_tiny_w800.json", "multi30k_en_de_lc.json", "multi30k_en_fr_tiny.json"]
+MULTI30K = ["multi30k_en_de_tiny_w800.json", "multi30k_en_de_lc.json", "multi30k_en_fr_tiny.json",
+            "multi30k_en_de_lc_cli.json"]
 BLOCKS: dict[str, Callable[[], str]] = {"setup-times": setup_times, "results": results,
                                          "gpu-speed": gpu_speed}
 

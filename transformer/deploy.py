@@ -21,7 +21,7 @@ from torch import Tensor, nn
 
 from transformer.attention import KeyValueCache, padding_mask
 from transformer.data import BOS, EOS, PAD, lowercases
-from transformer.decoding import _encode_sources, _never_generated
+from transformer.decoding import _encode_sources, _never_generated, length_penalty
 from transformer.model import Transformer
 from transformer.utils import __version__
 
@@ -141,13 +141,32 @@ def _export(module, args, path, input_names, output_names, dynamic_shapes) -> No
     _check_dynamic(path, {name: list(axes) for name, axes in zip(input_names, flat)})
 
 
+def quantize_int8(path: Path) -> None:
+    """Replace the ONNX graph at `path` by one with int8 MatMul weights (onnxruntime's
+    dynamic quantization of the constant-folded graph)."""
+    import onnxruntime
+    from onnxruntime.quantization import QuantType, quantize_dynamic
+
+    folded = path.with_name(f"{path.stem}.folded.onnx")
+    options = onnxruntime.SessionOptions()
+    options.graph_optimization_level = onnxruntime.GraphOptimizationLevel.ORT_ENABLE_BASIC
+    options.optimized_model_filepath = str(folded)
+    try:
+        onnxruntime.InferenceSession(str(path), options,
+                                     providers=["CPUExecutionProvider"])
+        quantize_dynamic(folded, path, weight_type=QuantType.QInt8)
+    finally:
+        folded.unlink(missing_ok=True)
+
+
 def export_onnx(
     model: Transformer, tokenizer: Tokenizer, out: str | Path,
-    about: dict | None = None, overwrite: bool = False,
+    about: dict | None = None, overwrite: bool = False, int8: bool = False,
 ) -> dict:
     """Write out/encoder.onnx, out/step.onnx, out/tokenizer.json and out/model.json
     (what a runtime needs; `about`: where the model came from). Returns model.json's
-    content. overwrite: replace an existing `out`."""
+    content. overwrite: replace an existing `out`; int8: weights as int8 (see
+    quantize_int8)."""
     out = Path(out)
     if out.exists() and not overwrite:
         raise FileExistsError(f"{out} exists; pass overwrite=True (--overwrite) to "
@@ -176,13 +195,16 @@ def export_onnx(
                   cache_shapes)
         _export(StepGraph(model), step_args, holding / "step.onnx",
                 names["step_inputs"], names["step_outputs"], shapes)
+        for graph in ("encoder", "step") if int8 else ():
+            quantize_int8(holding / f"{graph}.onnx")
         (holding / "tokenizer.json").write_text(tokenizer.to_str())
         meta = {
             "format": "transformer-onnx-1", "package_version": __version__,
             "pad_id": PAD, "bos_id": BOS, "eos_id": EOS,
             "max_len": config.max_len, "n_layers": n_layers, "n_heads": config.n_heads,
             "d_k": d_k, "d_v": d_v, "vocab_size": config.tgt_vocab_size,
-            "lowercase": lowercases(tokenizer), "extra_len": 50, **names,
+            "lowercase": lowercases(tokenizer), "extra_len": 50,
+            "weights": "int8" if int8 else "float32", **names,
             "about": about or {},
         }
         (holding / "model.json").write_text(json.dumps(meta, indent=1) + "\n")
@@ -234,15 +256,62 @@ class OnnxTranslator:
             tokens.append(token)
         return tokens[1:], np.stack(weights)
 
-    def translate(self, sentences: Sequence[str]) -> list[str]:
-        """Greedy translations of `sentences`, in their order."""
+    def translate(
+        self, sentences: Sequence[str], beam_size: int = 1, alpha: float = 0.6
+    ) -> list[str]:
+        """Translations of `sentences`, in their order: greedy (beam_size=1), or
+        beam search (see beam)."""
         encoded = _encode_sources(self.tokenizer, sentences, self.meta["max_len"])
-        return [self.tokenizer.decode(self.greedy(ids)[0]) for ids in encoded]
+        if beam_size == 1:
+            return [self.tokenizer.decode(self.greedy(ids)[0]) for ids in encoded]
+        return [self.tokenizer.decode(self.beam(ids, beam_size, alpha)[0])
+                for ids in encoded]
+
+    def beam(
+        self, src: list[int], beam_size: int = 4, alpha: float = 0.6
+    ) -> tuple[list[int], np.ndarray]:
+        """beam_search's best hypothesis for source ids `src`: its ids without <bos> and
+        <eos>, and its attention weights (steps, h, n)."""
+        m, k, names = self.meta, beam_size, self.meta["step_inputs"]
+        limit = min(len(src) + m["extra_len"], m["max_len"])
+        source = np.repeat(np.array([src], dtype=np.int64), k, 0)
+        encoded = self.encoder.run(None, {"src": source[:1]})
+        memory, *cross = (np.repeat(x, k, 0) for x in encoded)
+        past = [np.zeros((k, m["n_heads"], 0, d), np.float32)
+                for d in (m["d_k"], m["d_v"]) * m["n_layers"]]
+        alive, history = [[m["bos_id"]]] * k, [[]] * k
+        alive_logp = np.array([0.0] + [-np.inf] * (k - 1), np.float32)  # as torch sums
+        rows, done = np.arange(k), []  # done: (score, ids, weights), best first
+        for t in range(1, limit + 1):
+            inputs = [np.array([[a[-1]] for a in alive]), source, memory, rows, *past,
+                      *cross]
+            log_probs, attention, *past = self.step.run(None, dict(zip(names, inputs)))
+            candidates = (alive_logp[:, None] + log_probs).ravel()
+            top = np.argsort(-candidates, kind="stable")[: 2 * k]
+            logp, (row, token) = candidates[top], divmod(top, log_probs.shape[1])
+            ended = (token == m["eos_id"]) | (t >= limit)
+            for j in np.flatnonzero(ended & np.isfinite(logp)):
+                done.append((logp[j] / length_penalty(t, alpha),
+                             alive[row[j]][1:] + [token[j]],
+                             history[row[j]] + [attention[row[j]]]))
+            done = sorted(done, key=lambda d: -d[0])[:k]  # stable: the earlier on ties
+            logp = np.where(ended, -np.inf, logp)
+            keep = np.argsort(-logp, kind="stable")[:k]
+            alive_logp = logp[keep]
+            best = done[0][0] if done else -np.inf
+            if t >= limit or best >= alive_logp[0] / length_penalty(limit, alpha):
+                break
+            rows = row[keep]
+            alive = [alive[r] + [token[j]] for r, j in zip(rows, keep)]
+            history = [history[r] + [attention[r]] for r in rows]
+        ids, weights = [int(i) for i in done[0][1]], np.stack(done[0][2])
+        return (ids[:-1] if ids[-1] == m["eos_id"] else ids), weights
 
 
 __all__ = [
     'EncoderGraph',
     'StepGraph',
+    'quantize_int8',
     'export_onnx',
     'OnnxTranslator',
 ]

@@ -1,0 +1,209 @@
+// The translator of the deploy chapter: an exported model (python -m transformer export)
+// run in the page by onnxruntime-web (WebAssembly), tokenized by @huggingface/tokenizers.
+// Greedy decoding and beam search are OnnxTranslator's (transformer/deploy.py), step for
+// step, in float32 where it sums and divides, so the page gives Python's translations.
+import * as ort from "./vendor/ort.wasm.min.mjs";
+import { Tokenizer } from "./vendor/tokenizers.min.mjs";
+
+ort.env.wasm.wasmPaths = new URL("./vendor/", import.meta.url).href;
+ort.env.wasm.numThreads = 1; // threads need cross-origin isolation, which static hosts lack
+
+const FILES = ["model.json", "tokenizer.json", "encoder.onnx", "step.onnx"];
+const f32 = Math.fround;
+
+function int64(values, dims) {
+  return new ort.Tensor("int64", BigInt64Array.from(values, BigInt), dims);
+}
+
+function repeatRows(tensor, k) {
+  // (1, ...) -> (k, ...): the same sentence in each row of the beam
+  const data = new Float32Array(tensor.data.length * k);
+  for (let r = 0; r < k; r++) data.set(tensor.data, r * tensor.data.length);
+  return new ort.Tensor("float32", data, [k, ...tensor.dims.slice(1)]);
+}
+
+function row(tensor, r) {
+  // one row of a (batch, ...) tensor's data
+  const size = tensor.data.length / tensor.dims[0];
+  return tensor.data.slice(r * size, (r + 1) * size);
+}
+
+function lengthPenalty(length, alpha) {
+  return ((5 + length) / 6) ** alpha; // GNMT's, as transformer.decoding.length_penalty
+}
+
+// Indices of the n largest values, larger first, the lower index first on ties: what
+// OnnxTranslator's stable sort of the negated values gives, without sorting them all.
+function largest(values, n) {
+  const best = [];
+  for (let i = 0; i < values.length; i++) {
+    const v = values[i];
+    if (best.length === n && !(v > values[best[n - 1]])) continue;
+    let j = Math.min(best.length, n - 1);
+    while (j > 0 && v > values[best[j - 1]]) j--;
+    best.splice(j, 0, i);
+    if (best.length > n) best.pop();
+  }
+  return best;
+}
+
+const descending = (x, y) => (y > x) - (y < x); // -Infinity ties stay in order
+
+export class Translator {
+  constructor(meta, tokenizer, encoder, step) {
+    Object.assign(this, { meta, tokenizer, encoder, step });
+  }
+
+  // files: a function from a file name to its Response-like source (a URL fetch, or a
+  // File the reader chose); the four files of an exported model.
+  static async load(read) {
+    const [meta, tokenizerJson, encoder, step] = await Promise.all(FILES.map(read));
+    if (meta.format !== "transformer-onnx-1") {
+      throw new Error(`model.json has format ${JSON.stringify(meta.format)}; expected ` +
+        '"transformer-onnx-1" (python -m transformer export writes it)');
+    }
+    const options = { executionProviders: ["wasm"], graphOptimizationLevel: "all" };
+    const sessions = await Promise.all([encoder, step].map(
+      (bytes) => ort.InferenceSession.create(bytes, options)));
+    const tokenizer = new Tokenizer(tokenizerJson, {});
+    return new Translator(meta, tokenizer, ...sessions);
+  }
+
+  static fromUrl(base) {
+    return Translator.load(async (name) => {
+      const response = await fetch(new URL(name, base));
+      if (!response.ok) throw new Error(`${name}: HTTP ${response.status}`);
+      return name.endsWith(".json") ? response.json() : new Uint8Array(await response.arrayBuffer());
+    });
+  }
+
+  static fromFiles(fileList) {
+    const files = new Map(Array.from(fileList, (file) => [file.name, file]));
+    const missing = FILES.filter((name) => !files.has(name));
+    if (missing.length) {
+      throw new Error(`choose the four files of an exported model; missing: ${missing.join(", ")}`);
+    }
+    return Translator.load(async (name) => {
+      const file = files.get(name);
+      return name.endsWith(".json") ? JSON.parse(await file.text()) : new Uint8Array(await file.arrayBuffer());
+    });
+  }
+
+  encode(text) {
+    // token ids + <eos>, cut to max_len (translate's _encode_sources)
+    const ids = text.length ? this.tokenizer.encode(text, { add_special_tokens: false }).ids : [];
+    return [...ids, this.meta.eos_id].slice(0, this.meta.max_len);
+  }
+
+  decode(ids) {
+    if (!ids.length) return "";
+    return this.tokenizer.decode(ids, { skip_special_tokens: true, clean_up_tokenization_spaces: false });
+  }
+
+  tokens(ids) {
+    return ids.map((id) => this.tokenizer.id_to_token(id) ?? `<${id}>`);
+  }
+
+  async start(src, k) {
+    // the encoder once, then k rows of everything the steps need
+    const m = this.meta;
+    const source = int64(src, [1, src.length]);
+    const out = await this.encoder.run({ src: source });
+    const [memory, ...cross] = m.encoder_outputs.map((name) => repeatRows(out[name], k));
+    const past = [];
+    for (let i = 0; i < m.n_layers; i++) {
+      for (const d of [m.d_k, m.d_v]) {
+        past.push(new ort.Tensor("float32", new Float32Array(0), [k, m.n_heads, 0, d]));
+      }
+    }
+    const rows = Array(k).fill(src);
+    return { source: int64(rows.flat(), [k, src.length]), memory, cross, past };
+  }
+
+  async decodeStep(state, tokens, rows) {
+    // one decoder step: log-probabilities (Float32Array per row), attention, new caches
+    const m = this.meta;
+    const inputs = [int64(tokens, [tokens.length, 1]), state.source, state.memory,
+      int64(rows, [rows.length]), ...state.past, ...state.cross];
+    const feeds = Object.fromEntries(m.step_inputs.map((name, i) => [name, inputs[i]]));
+    const out = await this.step.run(feeds);
+    state.past = m.step_outputs.slice(2).map((name) => out[name]);
+    return { logProbs: out.log_probs, attention: out.attention };
+  }
+
+  limit(src) {
+    return Math.min(src.length + this.meta.extra_len, this.meta.max_len);
+  }
+
+  async greedy(src) {
+    // OnnxTranslator.greedy: ids without <bos> and <eos>, and each step's attention (h, n)
+    const state = await this.start(src, 1);
+    const tokens = [this.meta.bos_id], weights = [];
+    for (let t = 0; t < this.limit(src); t++) {
+      const { logProbs, attention } = await this.decodeStep(state, [tokens.at(-1)], [0]);
+      weights.push(row(attention, 0));
+      const token = largest(logProbs.data, 1)[0]; // argmax, the first on ties
+      if (token === this.meta.eos_id) break;
+      tokens.push(token);
+    }
+    return { ids: tokens.slice(1), weights, finished: null };
+  }
+
+  async beam(src, k = 4, alpha = 0.6) {
+    // OnnxTranslator.beam: the best hypothesis as greedy's, and the k finished ones
+    const m = this.meta, limit = this.limit(src), state = await this.start(src, k);
+    let alive = Array(k).fill([m.bos_id]), history = Array(k).fill([]);
+    let aliveLogp = Float32Array.from({ length: k }, (_, i) => (i ? -Infinity : 0));
+    let rows = [...Array(k).keys()], done = [];
+    for (let t = 1; t <= limit; t++) {
+      const { logProbs, attention } = await this.decodeStep(state, alive.map((a) => a.at(-1)), rows);
+      const vocab = logProbs.dims[1];
+      const candidates = new Float32Array(k * vocab); // float32 sums, as numpy's
+      for (let i = 0; i < candidates.length; i++) {
+        candidates[i] = aliveLogp[Math.floor(i / vocab)] + logProbs.data[i];
+      }
+      const top = largest(candidates, Math.min(2 * k, candidates.length));
+      const logp = top.map((i) => candidates[i]);
+      const from = top.map((i) => Math.floor(i / vocab)), token = top.map((i) => i % vocab);
+      const ended = token.map((id) => id === m.eos_id || t >= limit);
+      const penalty = f32(lengthPenalty(t, alpha));
+      top.forEach((_, j) => {
+        if (!ended[j] || logp[j] === -Infinity) return;
+        done.push({ score: f32(logp[j] / penalty), ids: [...alive[from[j]].slice(1), token[j]],
+          weights: [...history[from[j]], row(attention, from[j])] });
+      });
+      done = done.sort((a, b) => descending(a.score, b.score)).slice(0, k); // stable
+      const open = logp.map((v, j) => (ended[j] ? -Infinity : v));
+      const keep = [...open.keys()].sort((a, b) => descending(open[a], open[b])).slice(0, k);
+      aliveLogp = Float32Array.from(keep, (j) => open[j]);
+      const best = done.length ? done[0].score : -Infinity;
+      if (t >= limit || best >= f32(aliveLogp[0] / f32(lengthPenalty(limit, alpha)))) break;
+      rows = keep.map((j) => from[j]);
+      alive = keep.map((j) => [...alive[from[j]], token[j]]);
+      history = rows.map((r) => [...history[r], row(attention, r)]);
+    }
+    const strip = (ids) => (ids.at(-1) === m.eos_id ? ids.slice(0, -1) : ids);
+    const finished = done.map((d) => ({ ids: strip(d.ids), score: d.score }));
+    return { ids: finished[0].ids, weights: done[0].weights, finished };
+  }
+
+  async translate(text, beam = 1, alpha = 0.6) {
+    // the translation of one sentence, its tokens both sides, the mean of the last
+    // layer's heads for each output step (rows: output tokens and <eos>), and the time
+    const started = performance.now();
+    const src = this.encode(text);
+    const result = beam === 1 ? await this.greedy(src) : await this.beam(src, beam, alpha);
+    const h = this.meta.n_heads, n = src.length;
+    const map = result.weights.map((w) => Array.from({ length: n }, (_, j) => {
+      let sum = 0;
+      for (let head = 0; head < h; head++) sum += w[head * n + j];
+      return sum / h;
+    }));
+    return {
+      text: this.decode(result.ids), ms: performance.now() - started,
+      source: this.tokens(src),
+      output: this.tokens([...result.ids, this.meta.eos_id]).slice(0, map.length),
+      map, finished: result.finished?.map((f) => ({ text: this.decode(f.ids), score: f.score })),
+    };
+  }
+}
