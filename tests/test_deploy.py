@@ -3,6 +3,7 @@ run without a cache (the whole prefix recomputed) or against torch's own attenti
 greedy translations against `translate`; bad input refused with nothing left on disk."""
 
 import json
+from pathlib import Path
 
 import numpy as np
 import onnx
@@ -166,3 +167,18 @@ def test_cli_export_writes_a_run_folders_final_model(tiny_corpus, tmp_path, caps
     with pytest.raises(SystemExit, match=r"^error: .*bad.pt is not a readable checkpoint"):
         main(["export", "--checkpoint", str(tmp_path / "bad.pt"), "--out", str(tmp_path / "x")])
     assert not (tmp_path / "x").exists()
+
+
+def test_committed_page_models_are_small_and_say_where_they_come_from():
+    """web/models holds exported models that the book's page offers (benchmarks/page_model.py
+    writes them): each complete, int8, under 8 MB, with its record committed beside it."""
+    root = Path(__file__).resolve().parent.parent
+    folders = [p for p in (root / "web" / "models").glob("*") if p.is_dir()]
+    for folder in folders:
+        files = {p.name: p.stat().st_size for p in folder.iterdir()}
+        assert set(files) == {"encoder.onnx", "step.onnx", "tokenizer.json", "model.json"}
+        assert sum(files.values()) < 8e6, f"{folder.name}: {sum(files.values()) / 1e6:.1f} MB"
+        meta = json.loads((folder / "model.json").read_text())
+        assert meta["weights"] == "int8" and meta["about"]["label"]
+        assert (root / meta["about"]["record"]).is_file(), meta["about"]["record"]
+
