@@ -79,6 +79,8 @@ def build(html: Path) -> Path:
         (holding / "models").mkdir(exist_ok=True)
         index = {"models": models}
         (holding / "models" / "index.json").write_text(json.dumps(index, indent=1) + "\n")
+        for path in [holding, *holding.rglob("*")]:  # mkdtemp's folder is private
+            path.chmod(0o755 if path.is_dir() else 0o644)
         shutil.rmtree(out, ignore_errors=True)
         holding.rename(out)
     finally:

@@ -149,13 +149,18 @@ def quantize_int8(path: Path) -> None:
 
     folded = path.with_name(f"{path.stem}.folded.onnx")
     options = onnxruntime.SessionOptions()
-    options.graph_optimization_level = onnxruntime.GraphOptimizationLevel.ORT_ENABLE_BASIC
+    level = onnxruntime.GraphOptimizationLevel.ORT_ENABLE_BASIC  # standard operators
+    options.graph_optimization_level = level
     options.optimized_model_filepath = str(folded)
+    quiet = logging.getLogger()  # the quantizer advises on the root logger
+    was = quiet.level
     try:
         onnxruntime.InferenceSession(str(path), options,
                                      providers=["CPUExecutionProvider"])
+        quiet.setLevel(logging.ERROR)
         quantize_dynamic(folded, path, weight_type=QuantType.QInt8)
     finally:
+        quiet.setLevel(was)
         folded.unlink(missing_ok=True)
 
 
