@@ -10,6 +10,7 @@ in JupyterLab, run and saved. Skipped when Playwright, a Chromium, JupyterLab or
 """
 
 import functools
+import json
 import http.server
 import re
 import shutil
@@ -156,25 +157,30 @@ def test_page_layout(site, page_path):
     page.close()
 
 
-TRANSLATOR = HTML / "_static" / "translate" / "models" / "numbers"
+MODELS = HTML / "_static" / "translate" / "models"
 
 
 def test_the_translator_in_the_page_translates_as_python_does(site):
-    """The deploy chapter's translator (tools/web.py's files) on the book's number model:
-    greedy and beam translations equal onnxruntime's in Python (OnnxTranslator), greedy
-    ones PyTorch's too; the map drawn with a row per output token and a column per source
-    token; no request leaves the book's own files; no console error."""
-    if not (TRANSLATOR / "model.json").is_file():
+    """The deploy chapter's translator (tools/web.py's files), with each model of its menu:
+    greedy and beam translations equal onnxruntime's in Python (OnnxTranslator), and for
+    the book's number model PyTorch's greedy ones too; the map drawn with a row per output
+    step and a column per source token; no request leaves the book; no console error."""
+    if not (MODELS / "numbers" / "model.json").is_file():
         pytest.skip("the book was built without npm: no in-page translator (make book)")
     from transformer import OnnxTranslator, small_number_run, train_once, translate
 
-    onnx = OnnxTranslator(TRANSLATOR)
-    examples = onnx.meta["about"]["examples"]
-    sentences = examples + ["nine hundred and ninety-nine", "one", "seventy thousand, and six"]
-    expected = {k: onnx.translate(sentences, beam_size=k) for k in (1, 4)}
+    index = json.loads((MODELS / "index.json").read_text())
+    assert [m["folder"] for m in index["models"]][:2] == ["numbers", "multi30k-en-de"]
+    sentences, expected = {}, {}
+    for entry in index["models"]:
+        onnx = OnnxTranslator(MODELS / entry["folder"])
+        sentences[entry["folder"]] = onnx.meta["about"]["examples"] + ["", "one, two."]
+        expected[entry["folder"]] = {
+            str(k): onnx.translate(sentences[entry["folder"]], beam_size=k) for k in (1, 4)}
     trainer, _ = train_once(*small_number_run())  # the model the build exported
     model, tokenizer = trainer.model.eval(), trainer.data.tokenizer
-    assert expected[1] == translate(model, tokenizer, sentences, beam_size=1, batch_size=1)
+    assert expected["numbers"]["1"] == translate(
+        model, tokenizer, sentences["numbers"], beam_size=1, batch_size=1)
 
     browser, base = site
     page = browser.new_page()
@@ -186,30 +192,36 @@ def test_the_translator_in_the_page_translates_as_python_does(site):
     page.wait_for_selector("#translator[data-ready=true]", timeout=60_000)
     got = page.evaluate("""async ([sentences, base]) => {
         const { Translator } = await import(base + "_static/translate/translate.js");
-        const t = await Translator.fromUrl(new URL("_static/translate/models/numbers/", base));
         const out = {};
-        for (const k of [1, 4]) {
-            out[k] = [];
-            for (const s of sentences) out[k].push((await t.translate(s, k)).text);
+        for (const [model, texts] of Object.entries(sentences)) {
+            const t = await Translator.fromUrl(
+                new URL(`_static/translate/models/${model}/`, base));
+            out[model] = {};
+            for (const k of [1, 4]) {
+                out[model][k] = [];
+                for (const s of texts) out[model][k].push((await t.translate(s, k)).text);
+            }
         }
         return out;
     }""", [sentences, base])
-    assert got["1"] == expected[1] and got["4"] == expected[4]
+    assert got == expected
 
     # through the controls: a sentence typed, beam search chosen, the map drawn
-    sentence = examples[0]
+    onnx = OnnxTranslator(MODELS / "numbers")
+    sentence = sentences["numbers"][0]
     page.fill("#translator input[type=text]", sentence)
     page.select_option("#translator select[aria-label=decoding]", "4")
     page.click("#translator button:text('Translate')")
     page.wait_for_function("() => document.querySelector('.translator-output').dataset"
                            ".translation !== undefined")
-    assert page.inner_text(".translator-translation") == expected[4][0]
+    assert page.inner_text(".translator-translation") == expected["numbers"]["4"][0]
     src = tokenizer.encode(sentence, add_special_tokens=False).ids + [onnx.meta["eos_id"]]
     steps, _, n = onnx.beam(src, 4)[1].shape  # a row per output step, a column per token
     assert page.locator(".attention-map rect").count() == steps * n
     assert page.locator(".attention-map > text").count() == steps + n, "every label"
     hypotheses = page.locator(".translator-beam li").all_inner_texts()
-    assert 1 <= len(hypotheses) <= 4 and hypotheses[0].startswith(expected[4][0] + " (")
+    assert 1 <= len(hypotheses) <= 4
+    assert hypotheses[0].startswith(expected["numbers"]["4"][0] + " (")
     assert all(url.startswith(base) for url in requests), "a request left the book"
     assert not problems, problems
     page.close()

@@ -367,7 +367,9 @@ def test_encode_pairs_and_lengths():
 def test_punctuation_is_split_from_words_and_the_text_restored_exactly():
     texts = ["a man sits on a bench.", "two dogs, playing", "the bench is red!"] * 20
     odd = ["He said: \"t-shirt's fine\" , ok ...", "two  spaces ,", "¿qué? (sí)"]
-    tokenizer = train_tokenizer(iter(texts + odd), vocab_size=80)
+    tokenizer = train_tokenizer(iter(texts + odd), vocab_size=80, split_punctuation=True)
+    spaces_only = train_tokenizer(iter(texts + odd), vocab_size=80)
+    assert spaces_only.encode("the bench.").tokens[-1] != "."  # the default: glued
     # the word's tokens do not depend on the mark that follows it (hand-written oracle)
     for word, mark in [("bench", "."), ("dogs", ","), ("red", "!")]:
         alone = tokenizer.encode(f"the {word}").tokens

@@ -112,6 +112,21 @@ def test_beam_translations_equal_translate(exported, beam_size, alpha):
     assert translator.beam(src, 1, alpha)[0] == translator.greedy(src)[0], "k = 1 is greedy"
 
 
+def test_int8_export_quantizes_the_matmuls_and_stays_close(exported, tmp_path):
+    model, tokenizer, folder, sessions = exported
+    meta = export_onnx(model, tokenizer, tmp_path / "int8", int8=True)
+    assert meta["weights"] == "int8"
+    for graph in ("encoder", "step"):
+        ops = {node.op_type for node in onnx.load(str(tmp_path / "int8" / f"{graph}.onnx")).graph.node}
+        assert "MatMulInteger" in ops, f"{graph}: no int8 MatMul in {sorted(ops)}"
+    int8 = onnxruntime.InferenceSession(str(tmp_path / "int8" / "encoder.onnx"))
+    src = _source(4, 9, model.config.src_vocab_size).numpy()
+    ours, theirs = int8.run(None, {"src": src})[0], sessions["encoder"].run(None, {"src": src})[0]
+    assert 0 < abs(ours - theirs).max() < 0.25 * abs(theirs).max(), "rounded, not broken"
+    sentences = SENTENCES[:6]
+    assert len(OnnxTranslator(tmp_path / "int8").translate(sentences, beam_size=2)) == 6
+
+
 def test_model_json_says_how_to_drive_the_graphs(exported):
     model, tokenizer, folder, _ = exported
     meta = json.loads((folder / "model.json").read_text())

@@ -283,6 +283,9 @@ def _new_trainer(args: argparse.Namespace, given: dict) -> Trainer:
     text = given.get("data", "numbers") != "numbers"
     preset = args.preset or ("tiny" if text else "small")
     model_overrides, training_defaults = PRESETS[preset]
+    # real text: punctuation split from words (the Data chapter; the number corpus's
+    # hyphens and commas belong to its number words)
+    training_defaults = {**training_defaults, "split_punctuation": text}
     model_given = {
         k: v for k in ("dropout", "norm_first") if (v := getattr(args, k)) is not None
     }
@@ -320,7 +323,8 @@ def _lowercase_trainer(
         check_output_folder(Path(out), overwrite=overwrite)
     languages = config.data, config.src_lang, config.tgt_lang
     tokenizer = prepare_data(
-        *languages, config.vocab_size, cache_dir=config.cache_dir, lowercase=True
+        *languages, config.vocab_size, cache_dir=config.cache_dir, lowercase=True,
+        split_punctuation=config.split_punctuation,
     ).tokenizer
     model, data = model_and_data(model_config, config, tokenizer)
     return Trainer(model, data, config, out, overwrite=overwrite)

@@ -248,17 +248,21 @@ def load_corpus(
 
 
 def train_tokenizer(
-    texts: Iterator[str], vocab_size: int, lowercase: bool = False
+    texts: Iterator[str], vocab_size: int, lowercase: bool = False,
+    split_punctuation: bool = False,
 ) -> Tokenizer:
     """A BPE tokenizer trained on `texts`, with <pad>=0, <unk>=1, <bos>=2, <eos>=3;
-    lowercase: its normalizer lowercases every text it trains on and encodes."""
+    lowercase: its normalizer lowercases every text it trains on and encodes;
+    split_punctuation: punctuation marks are pre-tokens of their own."""
     tokenizer = Tokenizer(models.BPE(unk_token="<unk>"))
     nfkc = normalizers.NFKC()
     tokenizer.normalizer = (
         normalizers.Sequence([nfkc, normalizers.Lowercase()]) if lowercase else nfkc
     )
-    tokenizer.pre_tokenizer = pre_tokenizers.Sequence(
-        [pre_tokenizers.Metaspace(), pre_tokenizers.Punctuation()]
+    spaces = pre_tokenizers.Metaspace()
+    tokenizer.pre_tokenizer = (
+        pre_tokenizers.Sequence([spaces, pre_tokenizers.Punctuation()])
+        if split_punctuation else spaces
     )
     tokenizer.decoder = decoders.Metaspace()
     trainer = trainers.BpeTrainer(
@@ -687,16 +691,17 @@ class PreparedData:
 
 
 def _cached_tokenizer(
-    cache: Path, train: tuple[str, ChunkReader], vocab_size: int, lowercase: bool
+    cache: Path, train: tuple[str, ChunkReader], vocab_size: int, lowercase: bool,
+    split_punctuation: bool,
 ) -> Tokenizer:
-    salt = ["bpe-v2", "lowercase"] if lowercase else ["bpe-v2"]  # v2: punctuation split
+    salt = ["bpe-v1"] + ["lowercase"] * lowercase + ["punctuation"] * split_punctuation
     key = _sha256(train[0], str(vocab_size), *salt)
     path = cache / "tokenizers" / f"{key}.json"
     if path.is_file():
         with contextlib.suppress(Exception):  # unreadable: train it again
             return Tokenizer.from_file(str(path))
     texts = (text for src, tgt in train[1]() for text in itertools.chain(src, tgt))
-    tokenizer = train_tokenizer(texts, vocab_size, lowercase)
+    tokenizer = train_tokenizer(texts, vocab_size, lowercase, split_punctuation)
     path.parent.mkdir(parents=True, exist_ok=True)
     temporary = path.with_name(f"{path.name}.{os.getpid()}.tmp")
     tokenizer.save(str(temporary))
@@ -760,10 +765,12 @@ def prepare_data(
     tokenizer: Tokenizer | None = None,
     cache_dir: str | Path | None = None,
     lowercase: bool = False,
+    split_punctuation: bool = False,
 ) -> PreparedData:
     """Tokenize a corpus (see load_corpus) once and cache it; see PreparedData.
-    lowercase: train the tokenizer with lowercase=True (see train_tokenizer); a given
-    tokenizer brings its own normalizer, and must lowercase if lowercase is asked."""
+    lowercase, split_punctuation: how the tokenizer is trained (see train_tokenizer); a
+    given tokenizer brings its own normalizer, and must lowercase if lowercase is
+    asked."""
     if tokenizer is not None and lowercase and not lowercases(tokenizer):
         raise ValueError(
             "lowercase=True asks for a tokenizer that lowercases; the one given keeps "
@@ -773,7 +780,9 @@ def prepare_data(
     cache = Path(cache_dir) if cache_dir is not None else default_cache_dir()
     with _rank_zero_first():
         if tokenizer is None:
-            tokenizer = _cached_tokenizer(cache, splits["train"], vocab_size, lowercase)
+            tokenizer = _cached_tokenizer(
+                cache, splits["train"], vocab_size, lowercase, split_punctuation
+            )
         kept = {s: splits[s] for s in ("train", "val") if s in splits}
         key = _sha256(
             *(f"{s}:{fingerprint}" for s, (fingerprint, _) in kept.items()),

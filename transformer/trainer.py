@@ -272,7 +272,8 @@ class TrainingConfig:
     pack_length: pack whole pairs into rows of this many tokens a side, max_tokens //
     pack_length rows a batch (Data chapter, Packing); None: batches by length, padded.
     prefetch: batches prepared ahead by a background thread. cache_dir: where prepared
-    corpora are kept (None: see default_cache_dir).
+    corpora are kept (None: see default_cache_dir). split_punctuation: the tokenizer
+    isolates punctuation (Data chapter; the command line's choice for real text).
     """
 
     data: str = "numbers"
@@ -299,6 +300,7 @@ class TrainingConfig:
     checkpoint_every: int | None = None
     keep_checkpoints: int = 5
     cache_dir: str | None = None
+    split_punctuation: bool = False
 
     def __post_init__(self) -> None:
         self._check()
@@ -817,7 +819,8 @@ def model_and_data(
     """The data `config` names (its tokenizer trained, or `tokenizer`) and a new
     model with the tokenizer's vocabulary, initialized alike on every process."""
     data = prepare_data(config.data, config.src_lang, config.tgt_lang,
-                        config.vocab_size, tokenizer, config.cache_dir)
+                        config.vocab_size, tokenizer, config.cache_dir,
+                        split_punctuation=config.split_punctuation)
     vocab = data.tokenizer.get_vocab_size()
     model_config = replace(model_config, src_vocab_size=vocab, tgt_vocab_size=vocab,
                            pad_id=PAD)
