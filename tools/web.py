@@ -5,9 +5,10 @@ after jupyter-book): _build/html/_static/translate/ gets
 - vendor/: onnxruntime-web's WebAssembly runtime and tokenizers.js, from web/node_modules
   (`npm ci --prefix web`, pinned by web/package-lock.json);
 - models/NAME/: exported models (encoder.onnx, step.onnx, tokenizer.json, model.json), and
-  models/index.json listing them: the number model of the book (train_once's run, trained
-  when the chapters ran, so here it is read back, or trained again if that run is gone),
-  then the committed models of web/models (benchmarks/page_model.py writes them).
+  models/index.json listing them: the committed models of web/models
+  (benchmarks/page_model.py writes them; the page opens with the first), then the number
+  model of the book (train_once's run, trained when the chapters ran, so here it is read
+  back, or trained again if that run is gone).
 
 Without web/node_modules (no npm on the machine) the page says so instead of loading a
 runtime that is not there; the rest of the book is unaffected.
@@ -66,11 +67,12 @@ def build(html: Path) -> Path:
                     shutil.copy2(modules / package / name, holding / "vendor" / name)
             for name in ("page.js", "translate.js"):
                 shutil.copy2(WEB / name, holding / name)
-            models = [number_model(holding / "models" / "numbers")]
+            models = []  # the committed models first: the page loads the first at once
             for folder in sorted(p for p in (WEB / "models").glob("*") if p.is_dir()):
                 shutil.copytree(folder, holding / "models" / folder.name)
                 about = json.loads((folder / "model.json").read_text())["about"]
                 models.append({"folder": folder.name, "label": about["label"]})
+            models.append(number_model(holding / "models" / "numbers"))
         else:
             print("tools/web.py: no web/node_modules (npm ci --prefix web), so the page "
                   "says the translator is missing")
