@@ -225,6 +225,17 @@ def test_the_translator_in_the_page_translates_as_python_does(site):
     hypotheses = page.locator(".translator-beam li").all_inner_texts()
     assert 1 <= len(hypotheses) <= 4
     assert hypotheses[0].startswith(expected["numbers"]["4"][0] + " (")
+    # a model of the reader's own, chosen from disk: the number model's four files
+    page.select_option("#translator select[aria-label=model]", "")
+    page.set_input_files("#translator input[type=file]",
+                         [str(p) for p in sorted((MODELS / "numbers").iterdir())])
+    page.wait_for_function("() => document.querySelector('.translator-status')"
+                           ".textContent.startsWith('your model')")
+    page.select_option("#translator select[aria-label=decoding]", "1")
+    page.fill("#translator input[type=text]", sentences["numbers"][1])
+    page.click("#translator button:text('Translate')")
+    page.wait_for_function(f"() => document.querySelector('.translator-translation')"
+                           f".textContent === {json.dumps(expected['numbers']['1'][1])}")
     assert all(url.startswith(base) for url in requests), "a request left the book"
     assert not problems, problems
     page.close()
