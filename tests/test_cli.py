@@ -285,6 +285,9 @@ def test_lowercase_travels_with_the_checkpoint_to_translate_and_evaluate(tiny_co
     state = load_checkpoint(out / "checkpoint-00000001.pt")
     vocabulary = json.loads(state["tokenizer"])["model"]["vocab"]
     assert not any(char.isupper() for token in vocabulary for char in token)
+    # real text: punctuation split from words, so no token glues a hyphen to a letter
+    assert state["training_config"]["split_punctuation"] is True
+    assert "-" in vocabulary and not [t for t in vocabulary if "-" in t and len(t) > 1]
     cased, lower = tmp_path / "cased.en", tmp_path / "lower.en"
     cased.write_text("Twenty-One\nSixty Four\nONE\n")
     lower.write_text(cased.read_text().lower())
