@@ -54,8 +54,8 @@ export class Translator {
     Object.assign(this, { meta, tokenizer, encoder, step });
   }
 
-  // files: a function from a file name to its Response-like source (a URL fetch, or a
-  // File the reader chose); the four files of an exported model.
+  // read: a function from a file name to its content (JSON parsed, or bytes), from a URL
+  // fetch or from a File the reader chose; the four files of an exported model.
   static async load(read) {
     const [meta, tokenizerJson, encoder, step] = await Promise.all(FILES.map(read));
     if (meta.format !== "transformer-onnx-1") {
