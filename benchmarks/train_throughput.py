@@ -57,7 +57,8 @@ PEAK_TFLOPS = {"H100": 989.0, "H200": 989.0, "A100": 312.0}  # dense bf16 tensor
 
 
 class TorchPeer(nn.Module):
-    """torch.nn.Transformer (post-LN, batch-first, no final LayerNorms) with our embeddings and output."""
+    """torch.nn.Transformer (batch-first) with our embeddings and output: post-LN without the
+    final LayerNorms (as the paper and our post-LN model), or pre-LN with them (as ours)."""
 
     def __init__(self, config: TransformerConfig):
         super().__init__()
@@ -66,9 +67,10 @@ class TorchPeer(nn.Module):
         self.register_buffer("pe", sinusoidal_positional_encoding(config.max_len, config.d_model), persistent=False)
         self.transformer = nn.Transformer(
             config.d_model, config.n_heads, config.n_layers, config.n_layers, config.d_ff, config.dropout,
-            batch_first=True, layer_norm_eps=config.layer_norm_eps,
+            batch_first=True, layer_norm_eps=config.layer_norm_eps, norm_first=config.norm_first,
         )
-        self.transformer.encoder.norm = self.transformer.decoder.norm = None  # as in the paper
+        if not config.norm_first:
+            self.transformer.encoder.norm = self.transformer.decoder.norm = None  # as in the paper
         self.output = nn.Linear(config.d_model, config.tgt_vocab_size, bias=False)
         self.output.weight = self.embed.weight
         self.dropout = nn.Dropout(config.dropout)

@@ -26,17 +26,28 @@ Each preset and corpus is measured once for each of --batching: "padded" (batche
 the default), "packed" (train --pack-length, rows of the longest pair's length rounded up to a
 multiple of 64, at least 128; the Trainer then replays the compiled step as CUDA graphs) and
 "packed, no CUDA graphs" (packed, the step compiled in the default mode). Peak memory is
-torch's allocator's: the memory pool of CUDA graphs is not in it. --ablation then measures the first preset on the generated corpus once
-for each change of VARIANTS: the step with one of the Trainer's speed choices undone, to show
-what each is worth.
+torch's allocator's: the memory pool of CUDA graphs is not in it. --precisions measures each
+setting in each precision named (default: auto, as train picks it). --ablation then measures the
+first preset on --ablation-corpus (default: the generated one) once for each change of
+VARIANTS: the step with one of the Trainer's speed choices undone, to show what each is worth.
+
+--peer times, on the very batches of each padded repeat, the step a user writes with
+torch.nn.Transformer (train_throughput.TorchPeer: the same function, pre-LN or post-LN as the
+preset; torch's Adam, the same label-smoothed loss on its logits, in the Trainer's precision):
+the peer's tokens/s beside the Trainer's, same batches, same math.
 
     python benchmarks/trainer_step.py --device cuda --presets base big --ablation \\
         --data ../shared/data/multi30k --out benchmarks/results/train_gpu.json
+    python benchmarks/trainer_step.py --device cpu --presets tiny --vocab-size 8000 \\
+        --max-tokens 4096 --warmup 5 --steps 20 --batching padded packed --precisions fp32 bf16 \\
+        --peer --ablation "loss on the logits" --ablation-corpus multi30k \\
+        --data ../shared/data/multi30k --out benchmarks/results/trainer_step_cpu_tiny.json
 """
 
 from __future__ import annotations
 
 import argparse
+import itertools
 import statistics
 import tempfile
 import time
@@ -46,10 +57,11 @@ import numpy as np
 import torch
 
 from report import machine, write_report
-from train_throughput import PEAK_TFLOPS, bare_step, sync
+from train_throughput import PEAK_TFLOPS, TorchPeer, bare_step, sync
 from transformer import Trainer, TrainingConfig, TransformerConfig, label_smoothed_loss
+from transformer.cli import PRESETS
 from transformer.data import PAD, prepare_data
-from transformer.trainer import autocast
+from transformer.trainer import attention_kernel, autocast
 from transformer.training import learning_rate
 
 
@@ -104,6 +116,16 @@ def loss_not_compiled(trainer: Trainer) -> None:
     trainer.forward_loss = forward_loss
 
 
+def loss_on_logits(trainer: Trainer) -> None:
+    """Not compiled: the loss computed on the logits (label_smoothed_loss), not output_loss."""
+    def forward_loss(src, tgt_in, tgt_out, segments=None):
+        with autocast(trainer.device, trainer.dtype), attention_kernel(trainer.device):
+            logits = trainer.network(src, tgt_in, check_ids=False, segments=segments)
+        return label_smoothed_loss(logits, tgt_out, trainer.config.label_smoothing)
+
+    trainer.forward_loss = forward_loss
+
+
 def adam_not_fused(trainer: Trainer) -> None:
     """torch's default Adam on CUDA (foreach: a few kernels per group of tensors)."""
     d_model, warmup = trainer.model.config.d_model, trainer.config.warmup_steps
@@ -115,6 +137,27 @@ def adam_not_fused(trainer: Trainer) -> None:
 def no_cuda_graphs(trainer: Trainer) -> None:
     """The step compiled in the default mode, not replayed as CUDA graphs."""
     trainer.forward_loss = torch.compile(trainer._loss)
+
+
+def peer_steps(peer: TorchPeer, optimizer, batches, trainer: Trainer) -> float:
+    """Seconds of a training step of torch.nn.Transformer on each batch, as a user writes it:
+    the same function, loss and optimizer as the Trainer's, in the Trainer's precision."""
+    sync(trainer.device)
+    start = time.perf_counter()
+    for batch in batches:
+        with autocast(trainer.device, trainer.dtype):
+            logits = peer(batch.src, batch.tgt_in)
+        loss = label_smoothed_loss(logits, batch.tgt_out, trainer.config.label_smoothing)
+        (loss / batch.n_tokens).backward()
+        optimizer.step()
+        optimizer.zero_grad(set_to_none=True)
+    loss.item()
+    return time.perf_counter() - start
+
+
+def preset(name: str) -> TransformerConfig:
+    """The model of `train --preset NAME`."""
+    return TransformerConfig(**PRESETS[name][0]) if name == "tiny" else getattr(TransformerConfig, name)()
 
 
 def sentence_lengths(batch) -> tuple[torch.Tensor, torch.Tensor]:
@@ -136,15 +179,16 @@ VARIANTS = {  # name: (TrainingConfig changes, change to the built Trainer)
     "not compiled": ({"compile": False, "pad_multiple": 8}, None),
     "loss not compiled": ({}, loss_not_compiled),
     "Adam not fused": ({}, adam_not_fused),
+    "loss on the logits": ({}, loss_on_logits),
 }
 
 
 def measure(model_config, corpus: Path, args, work: Path, changes: dict | None = None, change=None) -> dict:
-    changes = dict(changes or {})
+    changes = {"precision": "auto", **(changes or {})}
     if changes.get("pack_length") == "auto":
         changes["pack_length"] = row_length(corpus, args.vocab_size, work.parent / "cache")
     config = TrainingConfig(data=str(corpus), vocab_size=args.vocab_size, max_tokens=args.max_tokens,
-                            precision="auto", device=args.device, cache_dir=str(work.parent / "cache"),
+                            device=args.device, cache_dir=str(work.parent / "cache"),
                             warmup_steps=4000, checkpoint_minutes=1e9, max_steps=10**6, **changes)
     trainer = Trainer.from_config(model_config, config, work / "run")
     if change is not None:
@@ -155,6 +199,10 @@ def measure(model_config, corpus: Path, args, work: Path, changes: dict | None =
     sync(device)
     config = trainer.model.config  # with the vocabulary of the tokenizer
     peak = next((v for k, v in PEAK_TFLOPS.items() if device.type == "cuda" and k in torch.cuda.get_device_name(device)), None)
+    peer = None
+    if args.peer and trainer.config.pack_length is None:  # the peer takes padded batches
+        peer = TorchPeer(config).to(device).train()
+        peer_optimizer = torch.optim.Adam(peer.parameters(), lr=1e-4, betas=(0.9, 0.98), eps=1e-9)
     seen = []  # the batches train_step takes, as it takes them
     next_batch = trainer.batches.next
     trainer.batches.next = lambda: seen.append(next_batch()) or seen[-1]
@@ -181,9 +229,15 @@ def measure(model_config, corpus: Path, args, work: Path, changes: dict | None =
             loss = bare_step(trainer, batch)
         loss.item()
         bare = time.perf_counter() - start
+        if peer is not None:
+            if not repeats:  # its first time at these shapes, untimed
+                peer_steps(peer, peer_optimizer, seen, trainer)
+            peer_seconds = peer_steps(peer, peer_optimizer, seen, trainer)
         repeat = {"tokens_per_s": tokens / seconds, "positions_per_s": positions / seconds,
                   "padding": 1 - (int(src_len.sum()) + tokens) / positions, "step_ms": 1e3 * seconds / args.steps,
                   "bare_tokens_per_s": tokens / bare, "tokens_per_step": tokens / args.steps}
+        if peer is not None:
+            repeat["peer_tokens_per_s"] = tokens / peer_seconds
         if peak:
             repeat["mfu"] = flops / seconds / 1e12 / peak
             repeat["bare_mfu"] = flops / bare / 1e12 / peak
@@ -195,6 +249,7 @@ def measure(model_config, corpus: Path, args, work: Path, changes: dict | None =
     result["parameters"] = sum(p.numel() for p in trainer.model.parameters())
     result["vocabulary"] = config.tgt_vocab_size
     result["peak_tflops"] = peak
+    result["precision"] = str(trainer.dtype or "fp32").removeprefix("torch.")
     result["pack_length"] = trainer.config.pack_length
     result["row_lengths"] = getattr(trainer.batches.sampler, "row_lengths", None)
     return result
@@ -203,7 +258,11 @@ def measure(model_config, corpus: Path, args, work: Path, changes: dict | None =
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--device", default="auto")
-    parser.add_argument("--presets", nargs="+", default=["base"], choices=["base", "big"])
+    parser.add_argument("--presets", nargs="+", default=["base"], choices=["tiny", "base", "big"])
+    parser.add_argument("--precisions", nargs="+", default=["auto"], choices=["auto", "fp32", "bf16"],
+                        help="the Trainer's precision (auto: as train runs it)")
+    parser.add_argument("--peer", action="store_true",
+                        help="also time torch.nn.Transformer's step on the same padded batches")
     parser.add_argument("--data", type=Path, help="a Multi30k folder (train.en.gz, ...); left out when absent")
     parser.add_argument("--corpora", nargs="+", default=["generated", "multi30k"], choices=["generated", "multi30k"])
     parser.add_argument("--pairs", type=int, default=100_000, help="pairs of the generated corpus")
@@ -218,6 +277,7 @@ def main() -> None:
     parser.add_argument("--ablation", nargs="*", choices=list(VARIANTS), metavar="VARIANT",
                         help=f"also measure these VARIANTS (all when none is named): {', '.join(VARIANTS)}; "
                         "first preset, generated corpus")
+    parser.add_argument("--ablation-corpus", default="generated", choices=["generated", "multi30k"])
     parser.add_argument("--out", type=Path, required=True)
     args = parser.parse_args()
     device = torch.device("cuda" if args.device in ("auto", "cuda") and torch.cuda.is_available() else args.device)
@@ -234,20 +294,22 @@ def main() -> None:
         if "multi30k" in args.corpora and args.data is not None and (args.data / "train.en.gz").is_file():
             corpora["multi30k"] = args.data
         for name, corpus in corpora.items():
-            for preset in args.presets:
-                for batching in args.batching:
-                    key = f"{preset}, {name}" + ("" if batching == "padded" else f", {batching}")
+            for size in args.presets:
+                for batching, precision in itertools.product(args.batching, args.precisions):
+                    key = ", ".join([size, name] + [batching] * (batching != "padded")
+                                    + [precision] * (args.precisions != ["auto"]))
                     print(f"{key}:", flush=True)
-                    model_config = getattr(TransformerConfig, preset)()
                     changes, change = BATCHING[batching]
                     folder = Path(work) / key.replace(", ", "-").replace(" ", "_")
-                    results[key] = measure(model_config, corpus, args, folder, changes, change)
+                    results[key] = measure(preset(size), corpus, args, folder,
+                                           {**changes, "precision": precision}, change)
                     write()
         for variant in (args.ablation or list(VARIANTS)) if args.ablation is not None else ():
             changes, change = VARIANTS[variant]
-            print(f"{args.presets[0]}, generated, {variant}:", flush=True)
-            model_config = getattr(TransformerConfig, args.presets[0])()
-            ablation[variant] = measure(model_config, corpora["generated"], args, Path(work) / variant, changes, change)
+            print(f"{args.presets[0]}, {args.ablation_corpus}, {variant}:", flush=True)
+            model_config = preset(args.presets[0])
+            ablation[variant] = measure(model_config, corpora[args.ablation_corpus], args,
+                                        Path(work) / variant, changes, change)
             write()
 
 

@@ -36,12 +36,53 @@ from transformer.trainer import (
     forget_metrics_after,
     keep_freed_memory,
     newest_checkpoints,
+    output_loss,
     rank_sampler,
     training_checkpoint,
 )
 
 TINY = TransformerConfig(d_model=32, n_heads=4, d_ff=64, n_layers=2, dropout=0.1)
 
+
+
+@pytest.mark.parametrize("rows", [1, 4, 1000])
+def test_output_loss_equals_cross_entropy_on_the_logits(rows):
+    """Oracle: torch's F.cross_entropy with label_smoothing on the full logits."""
+    torch.manual_seed(0)
+    hidden = torch.randn(3, 5, 8, dtype=torch.float64, requires_grad=True)
+    weight = torch.randn(11, 8, dtype=torch.float64, requires_grad=True)
+    target = torch.randint(1, 11, (3, 5))
+    target[0, 2:] = 0  # padding
+    target[2, 4] = 0
+    expected = torch.nn.functional.cross_entropy(
+        (hidden @ weight.T).flatten(0, 1), target.flatten(), ignore_index=0, label_smoothing=0.2,
+        reduction="sum")
+    got = output_loss(hidden, weight, target, 0.2, rows=rows)
+    assert torch.allclose(got.double(), expected, rtol=1e-6)
+    scale = 0.37  # the backward pass scales the gradients kept by the forward pass
+    want = torch.autograd.grad(expected * scale, (hidden, weight))
+    have = torch.autograd.grad(got * scale, (hidden, weight))
+    for a, b in zip(want, have):
+        assert torch.allclose(a, b, rtol=1e-5, atol=1e-6)  # the logits in fp32, as ever
+    assert not have[0][0, 2:].any(), "padding positions get no gradient"
+
+
+def test_output_loss_under_bf16_autocast_is_the_logits_path_in_bf16():
+    torch.manual_seed(0)
+    hidden = torch.randn(4, 6, 16, requires_grad=True)
+    weight = torch.randn(40, 16, requires_grad=True)
+    target = torch.randint(0, 40, (4, 6))
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        expected = torch.nn.functional.cross_entropy(
+            torch.nn.functional.linear(hidden, weight).flatten(0, 1).float(), target.flatten(),
+            ignore_index=0, label_smoothing=0.1, reduction="sum")
+        got = output_loss(hidden, weight, target, 0.1, rows=7)
+    assert got.dtype == torch.float32
+    assert torch.allclose(got, expected, rtol=1e-3)
+    want, have = (torch.autograd.grad(loss, (hidden, weight)) for loss in (expected, got))
+    assert have[1].dtype == torch.float32  # the fp32 master weights get fp32 gradients
+    for a, b in zip(want, have):
+        assert torch.allclose(a, b, rtol=0.02, atol=0.02 * a.abs().max().item())
 
 def _config(corpus, **overrides):
     settings = dict(data=str(corpus), vocab_size=60, max_tokens=60, max_steps=6, warmup_steps=10, lr_scale=1.0,

@@ -540,12 +540,15 @@ class Transformer(nn.Module):
         memory_mask: Tensor | None = None,
         cache: list[tuple[KeyValueCache, KeyValueCache]] | None = None,
         check_ids: bool = True,
+        project: bool = True,
     ) -> Tensor:
         """Target ids (batch, m), memory (batch, n, d_model) -> logits (batch, m,
         tgt_vocab).
 
         memory_mask is padding_mask(src, pad_id), (batch, 1, 1, n). With a cache from
         new_cache(), tgt holds only the tokens after those already decoded.
+        project=False: the decoder's output (batch, m, d_model), before the output
+        projection (for a loss that applies it itself: the Trainer's output_loss).
         """
         self._check_ids(tgt, "tgt", check_ids)
         if (
@@ -560,25 +563,26 @@ class Transformer(nn.Module):
         start = 0 if cache is None else cache[0][0].steps
         x = self.tgt_embed(tgt, check_ids=False)
         x = self.dropout(self.tgt_positions(x, start=start))
-        return self.output(self.decoder(x, memory, memory_mask, cache))
+        y = self.decoder(x, memory, memory_mask, cache)
+        return self.output(y) if project else y
 
     def forward(
         self, src: Tensor, tgt: Tensor, check_ids: bool = True,
-        segments: tuple[Tensor, Tensor] | None = None,
+        segments: tuple[Tensor, Tensor] | None = None, project: bool = True,
     ) -> Tensor:
         """Source ids (batch, n), shifted target ids (batch, m) -> logits (batch, m,
         tgt_vocab). segments: (source, target) sentence numbers of packed rows (see
-        Several sentences in one row)."""
+        Several sentences in one row); project: see decode."""
         if src.dim() == 2 and tgt.dim() == 2 and src.size(0) != tgt.size(0):
             raise ValueError(
                 f"src and tgt must have the same batch size; got {src.size(0)} and "
                 f"{tgt.size(0)}"
             )
         if segments is not None:
-            return self._packed(src, tgt, *segments, check_ids=check_ids)
+            return self._packed(src, tgt, *segments, check_ids, project)
         memory = self.encode(src, check_ids)
         mask = padding_mask(src, self.config.pad_id)
-        return self.decode(tgt, memory, mask, check_ids=check_ids)
+        return self.decode(tgt, memory, mask, check_ids=check_ids, project=project)
 
     def new_cache(self) -> list[tuple[KeyValueCache, KeyValueCache]]:
         """Empty key/value caches for incremental decoding: (self, cross) for each
@@ -588,7 +592,7 @@ class Transformer(nn.Module):
 
     def _packed(
         self, src: Tensor, tgt: Tensor, src_segments: Tensor, tgt_segments: Tensor,
-        check_ids: bool = True,
+        check_ids: bool = True, project: bool = True,
     ) -> Tensor:
         """forward on packed rows: ids and their segments, (batch, n) and (batch, m)."""
         sides = (("src", src, src_segments), ("tgt", tgt, tgt_segments))
@@ -606,7 +610,8 @@ class Transformer(nn.Module):
         y = self.tgt_positions(y, positions=segment_positions(tgt_segments))
         cross = segment_mask(tgt_segments, src_segments)
         own = segment_mask(tgt_segments, tgt_segments)
-        return self.output(self.decoder(self.dropout(y), memory, cross, self_mask=own))
+        y = self.decoder(self.dropout(y), memory, cross, self_mask=own)
+        return self.output(y) if project else y
 
 
 __all__ = [

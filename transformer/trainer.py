@@ -602,6 +602,63 @@ def restore_training_state(trainer: Trainer, state: dict) -> None:
         torch.cuda.set_rng_state(state["cuda_rng"][trainer.rank], trainer.device)
 
 
+class _OutputLoss(torch.autograd.Function):
+    """Summed label-smoothed loss of hidden @ weight.T, its gradients computed in the
+    forward pass, `rows` rows of logits at a time."""
+
+    @staticmethod
+    def forward(ctx, hidden, weight, target, epsilon, rows, dtype):
+        k = weight.size(0)
+        w = weight.to(dtype)
+        grad_hidden = torch.empty(hidden.shape, dtype=dtype, device=hidden.device)
+        grad_weight = torch.zeros_like(weight, dtype=torch.float32)
+        loss = torch.zeros((), device=hidden.device)
+        for start in range(0, hidden.size(0), rows):
+            h, y = hidden[start : start + rows].to(dtype), target[start : start + rows]
+            log_p = (h @ w.T).float().log_softmax(-1)
+            at_y = log_p.gather(1, y[:, None])
+            loss -= (1 - epsilon) * at_y.sum() + epsilon / k * log_p.sum()
+            grad = log_p.exp_().sub_(epsilon / k)  # p - q: q's smoothed mass first,
+            grad.scatter_add_(1, y[:, None], torch.full_like(at_y, epsilon - 1))
+            grad = grad.to(dtype)  # then its one-hot part
+            grad_hidden[start : start + rows] = grad @ w
+            grad_weight += grad.T @ h
+        ctx.save_for_backward(grad_hidden, grad_weight)
+        ctx.dtypes = hidden.dtype, weight.dtype
+        return loss
+
+    @staticmethod
+    def backward(ctx, grad_loss):
+        grad_hidden, grad_weight = ctx.saved_tensors
+        hidden_dtype, weight_dtype = ctx.dtypes
+        return (
+            (grad_hidden * grad_loss).to(hidden_dtype),
+            (grad_weight * grad_loss).to(weight_dtype),
+            None, None, None, None,
+        )
+
+
+def output_loss(
+    hidden: Tensor, weight: Tensor, target: Tensor, epsilon: float, pad_id: int = PAD,
+    rows: int = 512,
+) -> Tensor:
+    """label_smoothed_loss(hidden @ weight.T, target, epsilon) without the logits:
+    hidden (batch, m, d_model) from Transformer(..., project=False), weight (K,
+    d_model) the output projection's, target (batch, m). Under autocast the products
+    run in its dtype, as nn.Linear's would."""
+    device = hidden.device.type
+    dtype = (
+        torch.get_autocast_dtype(device)
+        if torch.is_autocast_enabled(device) else hidden.dtype
+    )
+    keep = target.flatten() != pad_id
+    with torch.autocast(device, enabled=False):
+        return _OutputLoss.apply(
+            hidden.flatten(0, 1)[keep], weight, target.flatten()[keep], epsilon,
+            rows, dtype,
+        )
+
+
 @torch.no_grad()
 def validation_loss(
     model: Transformer, split: TokenizedSplit, max_tokens: int,
@@ -719,10 +776,16 @@ class Trainer:
         segments: tuple[Tensor, Tensor] | None = None,
     ) -> Tensor:
         """The summed label-smoothed loss of one batch (what torch.compile compiles);
-        segments: those of packed rows."""
+        segments: those of packed rows. Compiled, the loss is fused by the compiler;
+        otherwise output_loss computes it without the logits."""
+        epsilon = self.config.label_smoothing
         with autocast(self.device, self.dtype), attention_kernel(self.device):
-            logits = self.network(src, tgt_in, check_ids=False, segments=segments)
-        return label_smoothed_loss(logits, tgt_out, self.config.label_smoothing)
+            out = self.network(
+                src, tgt_in, check_ids=False, segments=segments, project=self.compile
+            )
+            if self.compile:
+                return label_smoothed_loss(out, tgt_out, epsilon)
+            return output_loss(out, self.model.output.linear.weight, tgt_out, epsilon)
 
     def train_step(self) -> tuple[Tensor, int]:
         """One update. Returns this process's summed label-smoothed loss, a tensor left
@@ -939,6 +1002,7 @@ __all__ = [
     'deferred_signals',
     'training_state',
     'restore_training_state',
+    'output_loss',
     'validation_loss',
     'check_vocabulary',
     'Trainer',
