@@ -28,7 +28,6 @@ import torch
 import torch.distributed as dist
 from num2words import num2words
 from tokenizers import (
-    Regex,
     Tokenizer,
     decoders,
     models,
@@ -248,30 +247,22 @@ def load_corpus(
     return read_parallel_files(data, src_lang, tgt_lang)
 
 
-# a punctuation mark, split from the word it touches; a hyphen or an apostrophe between
-# letters or digits stays inside its word ("t-shirt", "man's"), as Moses keeps them
-PUNCTUATION = (
-    r"(?![-'])[\p{P}$+<=>^`|~]"  # any other mark: tokenizers' Punctuation
-    r"|[-'](?![\p{L}\p{N}])|(?<![\p{L}\p{N}])[-']"  # a hyphen or apostrophe at an edge
-)
-
-
 def train_tokenizer(
     texts: Iterator[str], vocab_size: int, lowercase: bool = False,
     split_punctuation: bool = False,
 ) -> Tokenizer:
     """A BPE tokenizer trained on `texts`, with <pad>=0, <unk>=1, <bos>=2, <eos>=3;
     lowercase: its normalizer lowercases every text it trains on and encodes;
-    split_punctuation: punctuation marks are pre-tokens of their own (PUNCTUATION)."""
+    split_punctuation: punctuation marks are pre-tokens of their own."""
     tokenizer = Tokenizer(models.BPE(unk_token="<unk>"))
     nfkc = normalizers.NFKC()
     tokenizer.normalizer = (
         normalizers.Sequence([nfkc, normalizers.Lowercase()]) if lowercase else nfkc
     )
     spaces = pre_tokenizers.Metaspace()
-    marks = pre_tokenizers.Split(Regex(PUNCTUATION), behavior="isolated")
     tokenizer.pre_tokenizer = (
-        pre_tokenizers.Sequence([spaces, marks]) if split_punctuation else spaces
+        pre_tokenizers.Sequence([spaces, pre_tokenizers.Punctuation()])
+        if split_punctuation else spaces
     )
     tokenizer.decoder = decoders.Metaspace()
     trainer = trainers.BpeTrainer(
@@ -703,7 +694,7 @@ def _cached_tokenizer(
     cache: Path, train: tuple[str, ChunkReader], vocab_size: int, lowercase: bool,
     split_punctuation: bool,
 ) -> Tokenizer:
-    salt = ["bpe-v1"] + ["lowercase"] * lowercase + ["punctuation-v2"] * split_punctuation
+    salt = ["bpe-v1"] + ["lowercase"] * lowercase + ["punctuation"] * split_punctuation
     key = _sha256(train[0], str(vocab_size), *salt)
     path = cache / "tokenizers" / f"{key}.json"
     if path.is_file():

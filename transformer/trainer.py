@@ -640,7 +640,7 @@ class _OutputLoss(torch.autograd.Function):
 
 def output_loss(
     hidden: Tensor, weight: Tensor, target: Tensor, epsilon: float, pad_id: int = PAD,
-    rows: int = 512,
+    rows: int = 256,
 ) -> Tensor:
     """label_smoothed_loss(hidden @ weight.T, target, epsilon) without the logits:
     hidden (batch, m, d_model) from Transformer(..., project=False), weight (K,
