@@ -30,6 +30,11 @@ torch's allocator's: the memory pool of CUDA graphs is not in it. --precisions m
 setting in each precision named (default: auto, as train picks it). --ablation then measures the
 first preset on --ablation-corpus (default: the generated one) once for each change of
 VARIANTS: the step with one of the Trainer's speed choices undone, to show what each is worth.
+A variant of the loss is also timed against the shipped loss on the same batches in turn, each
+repeat (shipped_bare_tokens_per_s beside bare_tokens_per_s): Trainers measured one after the
+other in one process differ by several percent for reasons of their own (on the CPU, a first
+record had the shipped bf16 step slower than its variant measured after it, and a check that
+gave the two the same batches in turn had it faster).
 
 --peer times, on the very batches of each padded repeat, the step a user writes with
 torch.nn.Transformer (train_throughput.TorchPeer: the same function, pre-LN or post-LN as the
@@ -39,7 +44,8 @@ the peer's tokens/s beside the Trainer's, same batches, same math.
     python benchmarks/trainer_step.py --device cuda --presets base big --ablation \\
         --data ../shared/data/multi30k --out benchmarks/results/train_gpu.json
     python benchmarks/trainer_step.py --device cpu --presets tiny --vocab-size 8000 \\
-        --max-tokens 4096 --warmup 5 --steps 20 --batching padded packed --precisions fp32 bf16 \\
+        --max-tokens 4096 --warmup 5 --steps 20 --pairs 30000 --batching padded packed \\
+        --precisions fp32 bf16 \\
         --peer --ablation "loss on the logits" --ablation-corpus multi30k \\
         --data ../shared/data/multi30k --out benchmarks/results/trainer_step_cpu_tiny.json
 """
@@ -191,8 +197,10 @@ def measure(model_config, corpus: Path, args, work: Path, changes: dict | None =
                             device=args.device, cache_dir=str(work.parent / "cache"),
                             warmup_steps=4000, checkpoint_minutes=1e9, max_steps=10**6, **changes)
     trainer = Trainer.from_config(model_config, config, work / "run")
+    shipped = trainer.forward_loss
     if change is not None:
         change(trainer)
+    paired = trainer.forward_loss is not shipped  # a variant of the loss: timed beside it
     device = trainer.device
     for _ in range(args.warmup):
         trainer.train_step()
@@ -229,6 +237,14 @@ def measure(model_config, corpus: Path, args, work: Path, changes: dict | None =
             loss = bare_step(trainer, batch)
         loss.item()
         bare = time.perf_counter() - start
+        if paired:  # the shipped loss on the same batches, in the same process, in turn
+            trainer.forward_loss, variant = shipped, trainer.forward_loss
+            sync(device)
+            start = time.perf_counter()
+            for batch in seen:
+                loss = bare_step(trainer, batch)
+            loss.item()
+            shipped_bare, trainer.forward_loss = time.perf_counter() - start, variant
         if peer is not None:
             if not repeats:  # its first time at these shapes, untimed
                 peer_steps(peer, peer_optimizer, seen, trainer)
@@ -238,6 +254,8 @@ def measure(model_config, corpus: Path, args, work: Path, changes: dict | None =
                   "bare_tokens_per_s": tokens / bare, "tokens_per_step": tokens / args.steps}
         if peer is not None:
             repeat["peer_tokens_per_s"] = tokens / peer_seconds
+        if paired:
+            repeat["shipped_bare_tokens_per_s"] = tokens / shipped_bare
         if peak:
             repeat["mfu"] = flops / seconds / 1e12 / peak
             repeat["bare_mfu"] = flops / bare / 1e12 / peak
