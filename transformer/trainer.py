@@ -618,9 +618,10 @@ class _OutputLoss(torch.autograd.Function):
             log_p = (h @ w.T).float().log_softmax(-1)
             at_y = log_p.gather(1, y[:, None])
             loss -= (1 - epsilon) * at_y.sum() + epsilon / k * log_p.sum()
-            grad = log_p.exp_().sub_(epsilon / k)  # p - q: q's smoothed mass first,
+            # p - q: q's smoothed mass eps / k everywhere, then its one-hot part at y
+            grad = log_p.exp_().sub_(epsilon / k)
             grad.scatter_add_(1, y[:, None], torch.full_like(at_y, epsilon - 1))
-            grad = grad.to(dtype)  # then its one-hot part
+            grad = grad.to(dtype)
             grad_hidden[start : start + rows] = grad @ w
             grad_weight += grad.T @ h
         ctx.save_for_backward(grad_hidden, grad_weight)
