@@ -5,6 +5,7 @@
 #   bash benchmarks/gpu.sh tests                      # the CUDA-marked tests
 #   bash benchmarks/gpu.sh throughput DATA            # Trainer.train_step, base and big: tokens/s, MFU
 #   bash benchmarks/gpu.sh packing DATA               # padded batches, packed rows, packed without CUDA graphs
+#   bash benchmarks/gpu.sh tuning DATA                # packed rows with Inductor's kernel tuning, base and big
 #   bash benchmarks/gpu.sh ablation                   # the base step, one speed choice undone at a time
 #   bash benchmarks/gpu.sh bare                       # the bare model step beside nn.Transformer
 #   bash benchmarks/gpu.sh attention                  # cuDNN's masked attention at lengths 64 mod 128
@@ -25,7 +26,7 @@
 # DATA is the Multi30k folder (default ../shared/data/multi30k); results go to
 # benchmarks/results, logs and runs to runs/gpu.
 set -euo pipefail
-stage=${1:?stage: tests, throughput, packing, ablation, bare, attention, profile, multi30k or decoding}
+stage=${1:?stage: tests, throughput, packing, tuning, ablation, bare, attention, profile, multi30k or decoding}
 data=${2:-../shared/data/multi30k}
 logs=runs/gpu
 results=benchmarks/results
@@ -34,7 +35,10 @@ export PYTHONUNBUFFERED=1
 
 case $stage in
 tests)
-    python -m pytest -q -m gpu -p no:cacheprovider tests/test_attention.py tests/test_model.py tests/test_training.py
+    # in parallel where pytest-xdist is installed (each test compiles its own steps)
+    workers=$(python -c "import xdist" 2>/dev/null && echo "-n 8" || true)
+    python -m pytest -q -m gpu -p no:cacheprovider $workers tests/test_attention.py tests/test_model.py \
+        tests/test_trainer.py
     ;;
 throughput)
     # the step users run, warm, at the paper's 25,000 tokens per update: on Multi30k and a
@@ -62,6 +66,16 @@ packing)
     python benchmarks/trainer_step.py --device cuda --presets big --corpora multi30k --data "$data" \
         --vocab-size 8000 --warmup 20 --steps 15 --batching padded packed \
         --out "$results/trainer_step_gpu_big_multi30k_packing.json"
+    ;;
+tuning)
+    # the packed step (CUDA graphs) with Inductor's kernel tuning beside it, on Multi30k
+    # (trainer_step_gpu_*_tuning.json)
+    python benchmarks/trainer_step.py --device cuda --presets base --corpora multi30k --data "$data" \
+        --vocab-size 8000 --warmup 20 --batching packed "packed, coordinate descent" "packed, max-autotune" \
+        --out "$results/trainer_step_gpu_base_tuning.json"
+    python benchmarks/trainer_step.py --device cuda --presets big --corpora multi30k --data "$data" \
+        --vocab-size 8000 --warmup 20 --steps 15 --batching packed "packed, coordinate descent" \
+        --out "$results/trainer_step_gpu_big_tuning.json"
     ;;
 ablation)
     # the base step with one of the Trainer's speed choices undone at a time (not yet measured)
@@ -114,7 +128,7 @@ decoding)
         --device cuda --out "$results/decoding_gpu.json"
     ;;
 *)
-    echo "unknown stage $stage: expected tests, throughput, packing, ablation, bare, attention, profile, multi30k or decoding" >&2
+    echo "unknown stage $stage: expected tests, throughput, packing, tuning, ablation, bare, attention, profile, multi30k or decoding" >&2
     exit 2
     ;;
 esac

@@ -24,8 +24,10 @@ the paper's and `train --preset base`'s).
 
 Each preset and corpus is measured once for each of --batching: "padded" (batches by length,
 the default), "packed" (train --pack-length, rows of the longest pair's length rounded up to a
-multiple of 64, at least 128; the Trainer then replays the compiled step as CUDA graphs) and
-"packed, no CUDA graphs" (packed, the step compiled in the default mode). Peak memory is
+multiple of 64, at least 128; the Trainer then replays the compiled step as CUDA graphs),
+"packed, no CUDA graphs" (packed, the step compiled in the default mode), and packed with
+Inductor's tuning, CUDA graphs kept: "packed, coordinate descent" (the block sizes of its
+Triton kernels searched) and "packed, max-autotune" (matrix products too). Peak memory is
 torch's allocator's: the memory pool of CUDA graphs is not in it. --precisions measures each
 setting in each precision named (default: auto, as train picks it). --ablation then measures the
 first preset on --ablation-corpus (default: the generated one) once for each change of
@@ -140,9 +142,11 @@ def adam_not_fused(trainer: Trainer) -> None:
         trainer.optimizer, lambda done: learning_rate(done + 1, d_model, warmup))
 
 
-def no_cuda_graphs(trainer: Trainer) -> None:
-    """The step compiled in the default mode, not replayed as CUDA graphs."""
-    trainer.forward_loss = torch.compile(trainer._loss)
+def compiled(**how):
+    """A change that compiles the Trainer's step with torch.compile(**how) instead."""
+    def change(trainer: Trainer) -> None:
+        trainer.forward_loss = torch.compile(trainer._loss, **how)
+    return change
 
 
 def peer_steps(peer: TorchPeer, optimizer, batches, trainer: Trainer) -> float:
@@ -179,14 +183,24 @@ def row_length(corpus: Path, vocab_size: int, cache: Path) -> int:
     return max(128, -(-longest // 64) * 64)
 
 
-BATCHING = {"padded": ({}, None), "packed": ({"pack_length": "auto"}, None),
-            "packed, no CUDA graphs": ({"pack_length": "auto"}, no_cuda_graphs)}
+PACKED = {"pack_length": "auto"}
+BATCHING = {  # name: (TrainingConfig changes, change to the built Trainer)
+    "padded": ({}, None),
+    "packed": (PACKED, None),
+    "packed, no CUDA graphs": (PACKED, compiled()),
+    # Inductor's kernel tuning, CUDA graphs kept: block sizes of its Triton kernels searched
+    # one parameter at a time; then also matrix-product kernels benchmarked against cuBLAS
+    "packed, coordinate descent": (
+        PACKED, compiled(options={"triton.cudagraphs": True, "coordinate_descent_tuning": True})),
+    "packed, max-autotune": (PACKED, compiled(mode="max-autotune")),
+}
 VARIANTS = {  # name: (TrainingConfig changes, change to the built Trainer)
     "not compiled": ({"compile": False, "pad_multiple": 8}, None),
     "loss not compiled": ({}, loss_not_compiled),
     "Adam not fused": ({}, adam_not_fused),
     "loss on the logits": ({}, loss_on_logits),
 }
+LOSS_VARIANTS = (loss_not_compiled, loss_on_logits)
 
 
 def measure(model_config, corpus: Path, args, work: Path, changes: dict | None = None, change=None) -> dict:
@@ -200,10 +214,15 @@ def measure(model_config, corpus: Path, args, work: Path, changes: dict | None =
     shipped = trainer.forward_loss
     if change is not None:
         change(trainer)
-    paired = trainer.forward_loss is not shipped  # a variant of the loss: timed beside it
+    paired = change in LOSS_VARIANTS  # a variant of the loss: timed beside the shipped one
     device = trainer.device
     for _ in range(args.warmup):
         trainer.train_step()
+    if paired:  # the shipped loss warmed up too (compiled, on a GPU)
+        trainer.forward_loss, variant = shipped, trainer.forward_loss
+        for _ in range(args.warmup):
+            trainer.train_step()
+        trainer.forward_loss = variant
     sync(device)
     config = trainer.model.config  # with the vocabulary of the tokenizer
     peak = next((v for k, v in PEAK_TFLOPS.items() if device.type == "cuda" and k in torch.cuda.get_device_name(device)), None)
