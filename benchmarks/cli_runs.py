@@ -9,6 +9,16 @@ Everything after `--` goes to `train` as given. Each seed trains into runs/cli-S
 --runs), then `evaluate` scores the validation split (where recipes are compared) and the
 test split (beam 4, alpha 0.6, the defaults). A seed changes the initial weights, the
 dropout masks and the order of the batches, as a run on another machine would in effect.
+
+--alphas chooses the length penalty as the paper chose its alpha, on the validation split:
+each seed's final model scores the validation split with each alpha named, and the test split
+is scored with the one of highest validation BLEU (and with the default, beside it).
+--score RECORD skips training: it scores the runs in --runs that RECORD's seeds trained (their
+train command, steps and final model copied from RECORD).
+
+    python benchmarks/cli_runs.py --seeds 1 --data ../shared/data/multi30k --src en --tgt de \
+        --runs runs/lc3 --alphas 0.6 0.8 1.0 1.2 1.4 1.6 \
+        --out benchmarks/results/multi30k_en_de_lc_cli_alpha.json -- --lowercase --max-minutes 60
 """
 
 from __future__ import annotations
@@ -37,9 +47,7 @@ def run(command: list[str]) -> list[str]:
     return done.stdout.splitlines()
 
 
-def one_seed(args: argparse.Namespace, seed: int, scores: Path) -> dict:
-    out = args.runs / f"cli-{seed}"
-    data = ["--data", str(args.data), "--src", args.src, "--tgt", args.tgt]
+def train(args: argparse.Namespace, seed: int, out: Path, data: list[str]) -> dict:
     train = [sys.executable, "-m", "transformer", "train", *data, *args.train,
              "--seed", str(seed), "--out", str(out), "--overwrite"]
     started = time.perf_counter()
@@ -48,15 +56,38 @@ def one_seed(args: argparse.Namespace, seed: int, scores: Path) -> dict:
     done = next(line for line in output if line.startswith("done: "))
     result["steps"] = int(re.match(r"done: (\d+) steps", done)[1])
     result["final_model"] = next(line for line in output if line.startswith("final model"))
+    return result
+
+
+def evaluate(out: Path, data: list[str], split: str, scores: Path, alpha: float | None = None) -> dict:
+    """evaluate's scores of the run folder `out` on `split`, and its command."""
+    options = [] if alpha is None else ["--alpha", str(alpha)]
+    command = [sys.executable, "-m", "transformer", "evaluate", "--checkpoint", str(out), *data,
+               "--split", split, *options]
+    run([*command, "--json", str(scores)])
+    record = json.loads(scores.read_text().splitlines()[-1])
+    keys = ("bleu", "tokenized_bleu", "chrf", "signature", "tokenized_signature")
+    return {**{key: record[key] for key in keys}, "evaluate": " ".join(["python", *command[1:]])}
+
+
+def one_seed(args: argparse.Namespace, seed: int, scores: Path) -> dict:
+    out = args.runs / f"cli-{seed}"
+    data = ["--data", str(args.data), "--src", args.src, "--tgt", args.tgt]
+    if args.score:
+        trained = json.loads(args.score.read_text())["seeds"][str(seed)]
+        result = {key: trained[key] for key in ("train", "train_seconds", "steps", "final_model")}
+    else:
+        result = train(args, seed, out, data)
     for split in ("val", "test"):
-        evaluate = [sys.executable, "-m", "transformer", "evaluate", "--checkpoint", str(out),
-                    *data, "--split", split, "--json", str(scores)]
-        run(evaluate)
-        record = json.loads(scores.read_text().splitlines()[-1])
-        result[split] = {key: record[key] for key in
-                         ("bleu", "tokenized_bleu", "chrf", "signature", "tokenized_signature")}
-    result["evaluate"] = " ".join(["python", *evaluate[1:-2]])  # without --json
-    print({split: result[split]["bleu"] for split in ("val", "test")}, result["steps"], flush=True)
+        result[split] = evaluate(out, data, split, scores)
+    result["evaluate"] = result["test"].pop("evaluate")
+    if args.alphas:
+        result["val_by_alpha"] = {str(a): evaluate(out, data, "val", scores, a) for a in args.alphas}
+        best = max(args.alphas, key=lambda a: result["val_by_alpha"][str(a)]["bleu"])
+        result["alpha"] = best
+        result["test_best_alpha"] = evaluate(out, data, "test", scores, best)
+    print({split: result[split]["bleu"] for split in ("val", "test")}, result["steps"],
+          result.get("alpha"), flush=True)
     return result
 
 
@@ -71,6 +102,10 @@ def main() -> None:
     parser.add_argument("--src", default="en")
     parser.add_argument("--tgt", default="de")
     parser.add_argument("--runs", type=Path, default=Path("runs"), help="where the run folders go")
+    parser.add_argument("--alphas", type=float, nargs="+",
+                        help="length penalties tried on the validation split; the best scores test")
+    parser.add_argument("--score", type=Path, metavar="RECORD",
+                        help="do not train: score the runs in --runs that RECORD's seeds trained")
     parser.add_argument("--out", type=Path, required=True, help="the JSON record to write")
     parser.add_argument("train", nargs=argparse.REMAINDER, help="-- then the options of train")
     args = parser.parse_args()
@@ -82,6 +117,9 @@ def main() -> None:
     summary = {f"{split}_{score}": spread([s[split][score] for s in seeds.values()])
                for split in ("val", "test") for score in ("bleu", "tokenized_bleu")}
     summary["steps"] = spread([s["steps"] for s in seeds.values()])
+    if args.alphas:
+        summary["test_best_alpha_tokenized_bleu"] = spread(
+            [s["test_best_alpha"]["tokenized_bleu"] for s in seeds.values()])
     write_report(args.out, {"seeds": seeds, "spread": summary})
 
 
