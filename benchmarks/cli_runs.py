@@ -76,6 +76,10 @@ def one_seed(args: argparse.Namespace, seed: int, scores: Path) -> dict:
     if args.score:
         trained = json.loads(args.score.read_text())["seeds"][str(seed)]
         result = {key: trained[key] for key in ("train", "train_seconds", "steps", "final_model")}
+        newest = max((int(p.stem.split("-")[1]) for p in out.glob("checkpoint-*.pt")), default=None)
+        if newest != trained["steps"]:
+            raise SystemExit(f"{out} is not the run of {args.score}'s seed {seed}: its newest "
+                             f"checkpoint is of step {newest}, the record's run ended at {trained['steps']}")
     else:
         result = train(args, seed, out, data)
     for split in ("val", "test"):
