@@ -124,7 +124,11 @@ def main() -> None:
     if args.alphas:
         summary["test_best_alpha_tokenized_bleu"] = spread(
             [s["test_best_alpha"]["tokenized_bleu"] for s in seeds.values()])
-    write_report(args.out, {"seeds": seeds, "spread": summary})
+    report = {"seeds": seeds, "spread": summary}
+    if args.score:  # the runs were trained at the commit of that record
+        trained = json.loads(args.score.read_text())
+        report["trained"] = {"record": str(args.score), "git": trained.get("git")}
+    write_report(args.out, report)
 
 
 if __name__ == "__main__":
