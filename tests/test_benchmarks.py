@@ -46,6 +46,34 @@ def test_train_scale_runs_the_cli_twice_on_a_generated_corpus(tmp_path):
     assert len(list((tmp_path / "work" / "cache-400" / "data").iterdir())) == 1, "the second run reused the cache"
 
 
+@pytest.mark.slow
+def test_cli_runs_chooses_alpha_on_validation_and_scores_only_its_own_runs(tiny_corpus, tmp_path):
+    """cli_runs.py trains with the plain command, then scores test with the alpha of highest
+    validation BLEU; --score rescores those runs, and refuses a folder of another run."""
+    (tiny_corpus / "test.en").write_text("three\nseven\n")
+    (tiny_corpus / "test.de").write_text("drei\nsieben\n")
+    common = [sys.executable, str(BENCHMARKS / "cli_runs.py"), "--seeds", "0", "--data", str(tiny_corpus),
+              "--runs", str(tmp_path / "runs"), "--alphas", "0.0", "0.6", "5.0"]
+    first = tmp_path / "first.json"
+    train = ["--", "--vocab-size", "60", "--max-tokens", "200", "--max-steps", "4", "--checkpoint-every", "2"]
+    result = subprocess.run(common + ["--out", str(first), *train], capture_output=True, text=True)
+    assert result.returncode == 0, result.stderr
+    run = json.loads(first.read_text())["seeds"]["0"]
+    by_alpha = {float(a): v["bleu"] for a, v in run["val_by_alpha"].items()}
+    assert by_alpha[run["alpha"]] == max(by_alpha.values()) and set(by_alpha) == {0.0, 0.6, 5.0}
+    assert run["test_best_alpha"]["evaluate"].endswith(f"--split test --alpha {run['alpha']}")
+    assert "--alpha" not in run["evaluate"], "the default alpha's test score beside it"
+    again = tmp_path / "again.json"
+    result = subprocess.run(common + ["--score", str(first), "--out", str(again)], capture_output=True, text=True)
+    assert result.returncode == 0, result.stderr
+    rescored = json.loads(again.read_text())
+    assert rescored["seeds"]["0"]["val_by_alpha"] == run["val_by_alpha"], "the same run, scored again"
+    assert rescored["trained"]["record"] == str(first)
+    (tmp_path / "runs" / "cli-0" / "checkpoint-00000004.pt").unlink()
+    result = subprocess.run(common + ["--score", str(first), "--out", str(again)], capture_output=True, text=True)
+    assert result.returncode != 0 and "is not the run of" in result.stderr
+
+
 def test_multi30k_lowercase_writes_the_multi30k_papers_preprocessing(tmp_path):
     import gzip
 
