@@ -48,11 +48,12 @@ def run(command: list[str]) -> list[str]:
 
 
 def train(args: argparse.Namespace, seed: int, out: Path, data: list[str]) -> dict:
-    train = [sys.executable, "-m", "transformer", "train", *data, *args.train,
-             "--seed", str(seed), "--out", str(out), "--overwrite"]
+    command = [sys.executable, "-m", "transformer", "train", *data, *args.train,
+               "--seed", str(seed), "--out", str(out), "--overwrite"]
     started = time.perf_counter()
-    output = run(train)
-    result = {"train": " ".join(["python", *train[1:]]), "train_seconds": round(time.perf_counter() - started, 1)}
+    output = run(command)
+    result = {"train": " ".join(["python", *command[1:]]),
+              "train_seconds": round(time.perf_counter() - started, 1)}
     done = next(line for line in output if line.startswith("done: "))
     result["steps"] = int(re.match(r"done: (\d+) steps", done)[1])
     result["final_model"] = next(line for line in output if line.startswith("final model"))
