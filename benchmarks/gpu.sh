@@ -5,7 +5,7 @@
 #   bash benchmarks/gpu.sh tests                      # the CUDA-marked tests
 #   bash benchmarks/gpu.sh throughput DATA            # Trainer.train_step, base and big: tokens/s, MFU
 #   bash benchmarks/gpu.sh packing DATA               # padded batches, packed rows, packed without CUDA graphs
-#   bash benchmarks/gpu.sh tuning DATA                # packed rows with Inductor's kernel tuning, base and big
+#   bash benchmarks/gpu.sh tuning DATA                # packed rows with and without Inductor's kernel tuning
 #   bash benchmarks/gpu.sh ablation                   # the base step, one speed choice undone at a time
 #   bash benchmarks/gpu.sh bare                       # the bare model step beside nn.Transformer
 #   bash benchmarks/gpu.sh attention                  # cuDNN's masked attention at lengths 64 mod 128
@@ -68,13 +68,14 @@ packing)
         --out "$results/trainer_step_gpu_big_multi30k_packing.json"
     ;;
 tuning)
-    # the packed step (CUDA graphs) with Inductor's kernel tuning beside it, on Multi30k (not yet
-    # measured: a first try, on one H200 behind the CUDA tests, ran past its call's limit)
+    # the packed step (CUDA graphs, kernels tuned) beside it without the tuning and with
+    # max-autotune. trainer_step_gpu_base_tuning.json measured the first two on one H200, at a
+    # commit whose Trainer did not tune ("packed" and "packed, coordinate descent" then)
     python benchmarks/trainer_step.py --device cuda --presets base --corpora multi30k --data "$data" \
-        --vocab-size 8000 --warmup 20 --batching packed "packed, coordinate descent" "packed, max-autotune" \
+        --vocab-size 8000 --warmup 20 --batching packed "packed, no kernel tuning" "packed, max-autotune" \
         --out "$results/trainer_step_gpu_base_tuning.json"
     python benchmarks/trainer_step.py --device cuda --presets big --corpora multi30k --data "$data" \
-        --vocab-size 8000 --warmup 20 --steps 15 --batching packed "packed, coordinate descent" \
+        --vocab-size 8000 --warmup 20 --steps 15 --batching packed "packed, no kernel tuning" \
         --out "$results/trainer_step_gpu_big_tuning.json"
     ;;
 ablation)

@@ -24,10 +24,11 @@ the paper's and `train --preset base`'s).
 
 Each preset and corpus is measured once for each of --batching: "padded" (batches by length,
 the default), "packed" (train --pack-length, rows of the longest pair's length rounded up to a
-multiple of 64, at least 128; the Trainer then replays the compiled step as CUDA graphs),
-"packed, no CUDA graphs" (packed, the step compiled in the default mode), and packed with
-Inductor's tuning, CUDA graphs kept: "packed, coordinate descent" (the block sizes of its
-Triton kernels searched) and "packed, max-autotune" (matrix products too). Peak memory is
+multiple of 64, at least 128; on a GPU the Trainer then searches the block sizes of
+Inductor's kernels and replays the compiled step as CUDA graphs), "packed, no CUDA graphs",
+"packed, no kernel tuning" (each undoes one of the two) and "packed, max-autotune" (matrix
+products benchmarked too; trainer_step_gpu_base_tuning.json measured the tuning at a commit
+whose Trainer did not tune, as "packed" and "packed, coordinate descent"). Peak memory is
 torch's allocator's: the memory pool of CUDA graphs is not in it. --precisions measures each
 setting in each precision named (default: auto, as train picks it). --ablation then measures the
 first preset on --ablation-corpus (default: the generated one) once for each change of
@@ -187,11 +188,11 @@ PACKED = {"pack_length": "auto"}
 BATCHING = {  # name: (TrainingConfig changes, change to the built Trainer)
     "padded": ({}, None),
     "packed": (PACKED, None),
-    "packed, no CUDA graphs": (PACKED, compiled()),
-    # Inductor's kernel tuning, CUDA graphs kept: block sizes of its Triton kernels searched
-    # one parameter at a time; then also matrix-product kernels benchmarked against cuBLAS
-    "packed, coordinate descent": (
-        PACKED, compiled(options={"triton.cudagraphs": True, "coordinate_descent_tuning": True})),
+    # one of the packed step's choices undone at a time: CUDA graphs; Inductor's search of its
+    # Triton kernels' block sizes (one parameter at a time); or matrix-product kernels
+    # benchmarked against cuBLAS too
+    "packed, no CUDA graphs": (PACKED, compiled(options={"coordinate_descent_tuning": True})),
+    "packed, no kernel tuning": (PACKED, compiled(mode="reduce-overhead")),
     "packed, max-autotune": (PACKED, compiled(mode="max-autotune")),
 }
 VARIANTS = {  # name: (TrainingConfig changes, change to the built Trainer)

@@ -349,23 +349,43 @@ def test_compiled_training_runs_and_checkpoints_the_plain_model(tiny_corpus, tmp
     assert not any(name.startswith("_orig_mod") for name in names), "the checkpoint holds the uncompiled names"
 
 
+def _eight_cuda_losses(corpus, folder, **settings) -> torch.Tensor:
+    """The losses of eight updates on CUDA, each a mean over its target tokens, from the weights
+    every Trainer of this config starts from, on the same batches."""
+    config = TransformerConfig(d_model=32, n_heads=4, d_ff=64, n_layers=2, dropout=0.0)
+    trainer = Trainer.from_config(
+        config, _config(corpus, device="cuda", pad_multiple=8, max_tokens=200, **settings), folder)
+    return torch.tensor([(lambda s, n: s.item() / n)(*trainer.train_step()) for _ in range(8)])
+
+
 @pytest.mark.gpu
 @pytest.mark.parametrize("pack_length", [None, 48])
-@pytest.mark.parametrize("precision, tolerance", [("fp32", 1e-4), ("bf16", 2e-2)])
-def test_compiled_step_on_cuda_matches_the_eager_step(tiny_corpus, tmp_path, precision, tolerance, pack_length):
-    """Eight updates compiled and eager from the same weights on the same batches: each update's
-    loss agrees to `tolerance` (relative). fp32 differs only in the order of sums; bf16 also in
-    where the fused kernels round."""
-    config = TransformerConfig(d_model=32, n_heads=4, d_ff=64, n_layers=2, dropout=0.0)
-    losses = {}
-    for compiled in (False, True):
-        trainer = Trainer.from_config(
-            config, _config(tiny_corpus, precision=precision, device="cuda", compile=compiled, pad_multiple=8,
-                            max_tokens=200, pack_length=pack_length), tmp_path / f"compile-{compiled}")
-        losses[compiled] = [(lambda s, n: s.item() / n)(*trainer.train_step()) for _ in range(8)]
-    eager, compiled = torch.tensor(losses[False]), torch.tensor(losses[True])
+def test_compiled_fp32_steps_on_cuda_match_the_eager_steps(tiny_corpus, tmp_path, pack_length):
+    """Eight updates compiled and eager: each update's loss agrees to 1e-4 (relative); fp32
+    differs only in the order of sums."""
+    eager, compiled = (_eight_cuda_losses(tiny_corpus, tmp_path / f"c{c}", precision="fp32", compile=c,
+                                          pack_length=pack_length) for c in (False, True))
     assert eager[-1] < eager[0], "the steps train"
-    torch.testing.assert_close(compiled, eager, rtol=tolerance, atol=0)
+    torch.testing.assert_close(compiled, eager, rtol=1e-4, atol=0)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("pack_length", [None, 48])
+def test_compiled_bf16_steps_on_cuda_stay_as_close_to_fp32_as_the_eager_ones(tiny_corpus, tmp_path, pack_length):
+    """bf16 rounds in other places compiled (Inductor keeps a fused kernel's intermediates in
+    fp32) than eager (autocast rounds each op's output), and the difference compounds over the
+    updates: on one H200, the eighth packed update of the two differed by 3.7%. So each is held
+    to the fp32 eager steps from the same weights on the same batches: the first update (the
+    same weights) agrees to 1e-2, bf16's rounding (8 bits of mantissa); over eight updates the
+    compiled losses stray from fp32 at most twice as far as the eager ones, or 2e-2."""
+    reference = _eight_cuda_losses(tiny_corpus, tmp_path / "fp32", precision="fp32", compile=False,
+                                   pack_length=pack_length)
+    eager, compiled = (_eight_cuda_losses(tiny_corpus, tmp_path / f"c{c}", precision="bf16", compile=c,
+                                          pack_length=pack_length) for c in (False, True))
+    error = {name: ((losses - reference).abs() / reference).tolist() for name, losses in
+             (("eager", eager), ("compiled", compiled))}
+    assert error["eager"][0] < 1e-2 and error["compiled"][0] < 1e-2, error
+    assert max(error["compiled"]) <= max(2 * max(error["eager"]), 2e-2), error
 
 
 @pytest.mark.gpu

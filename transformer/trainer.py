@@ -730,13 +730,14 @@ class Trainer:
         self.batches = TrainBatches(data.train, sampler, config.prefetch, self.device)
         self.step = 0
         self.network = data_parallel(self.model, self.device, self.world_size)
-        # fixed shapes: CUDA graphs, with one process and no accumulation (a replay
-        # would overwrite the gradients an accumulated batch left in the graph's memory)
-        graphs = cuda and config.pack_length is not None
-        graphs = graphs and self.world_size == 1 and config.accumulate == 1
-        mode = "reduce-overhead" if graphs else None
+        # fixed shapes (packed rows) on a GPU: Inductor tunes its kernels' block sizes
+        # once; and CUDA graphs, with one process and no accumulation (a replay would
+        # overwrite the gradients an accumulated batch left in the graph's memory)
+        fixed = cuda and config.pack_length is not None
+        graphs = fixed and self.world_size == 1 and config.accumulate == 1
+        options = {"coordinate_descent_tuning": fixed, "triton.cudagraphs": graphs}
         self.forward_loss = (
-            torch.compile(self._loss, mode=mode) if self.compile else self._loss
+            torch.compile(self._loss, options=options) if self.compile else self._loss
         )
 
     @classmethod
