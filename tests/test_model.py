@@ -1,5 +1,7 @@
 """Tests of transformer/model.py (book/model.md)."""
 
+import itertools
+
 import pytest
 import torch
 
@@ -210,7 +212,12 @@ def test_dropout_on_a_cpu_is_dropout():
     dropout = Dropout(p).train()
     out = dropout(x)
     kept = out != 0
-    assert abs(kept.float().mean().item() - (1 - p)) < 0.005  # 200,000 draws: 5 standard deviations
+    assert abs(kept.float().mean().item() - (1 - p)) < 0.005  # 200,000 features: 5 standard deviations
+    # four consecutive features share one 64-bit draw of the generator: any two of them are
+    # dropped together as often as independent features are (p ** 2; 50,000 groups: 5 sd)
+    groups = (~kept).flatten().view(-1, 4).float()
+    for i, j in itertools.combinations(range(4), 2):
+        assert abs((groups[:, i] * groups[:, j]).mean().item() - p**2) < 0.0065, (i, j)
     assert torch.allclose(out[kept], x[kept] / (1 - p))
     out.sum().backward()
     assert torch.allclose(x.grad, kept.float() / (1 - p))
