@@ -3,6 +3,7 @@
 import json
 import re
 import runpy
+import statistics
 import subprocess
 import sys
 from pathlib import Path
@@ -45,6 +46,32 @@ def test_train_scale_runs_the_cli_twice_on_a_generated_corpus(tmp_path):
     assert len((tmp_path / "work" / "corpus-400" / "train.en").read_text().splitlines()) == 400
     assert len(list((tmp_path / "work" / "cache-400" / "data").iterdir())) == 1, "the second run reused the cache"
 
+
+
+@pytest.mark.slow
+def test_cli_speed_trains_this_checkout_and_a_commit_in_turn(tiny_corpus, tmp_path):
+    """cli_speed.py against this checkout's own commit: each side trains from its own package,
+    every run logs its intervals, the ratio is that of the sides' medians (recomputed here from
+    the logged rates, the first interval of each run left out), and the worktree is removed."""
+    root = BENCHMARKS.parent
+    worktrees = ["git", "worktree", "list", "--porcelain"]
+    before = subprocess.run(worktrees, cwd=root, capture_output=True, text=True).stdout
+    out = tmp_path / "speed.json"
+    result = subprocess.run([sys.executable, str(BENCHMARKS / "cli_speed.py"), "--baseline", "HEAD",
+                             "--data", str(tiny_corpus), "--steps", "6", "--log-every", "2", "--repeats", "2",
+                             "--out", str(out), "--", "--vocab-size", "60", "--max-tokens", "200"],
+                            capture_output=True, text=True)
+    assert result.returncode == 0, result.stderr
+    report = json.loads(out.read_text())
+    medians = {}
+    for side, r in report["results"].items():
+        assert len(r["runs"]) == 2 and all(len(run["rates"]) == 3 for run in r["runs"]), side
+        assert all(" on cpu (1 process(es), " in run["says"] for run in r["runs"]), side
+        medians[side] = statistics.median(statistics.median(run["rates"][1:]) for run in r["runs"])
+    assert report["ratio"] == pytest.approx(medians["this checkout"] / medians["baseline"])
+    assert report["baseline_commit"] == subprocess.run(["git", "rev-parse", "HEAD"], cwd=root,
+                                                       capture_output=True, text=True).stdout.strip()
+    assert subprocess.run(worktrees, cwd=root, capture_output=True, text=True).stdout == before
 
 @pytest.mark.slow
 def test_cli_runs_chooses_alpha_on_validation_and_scores_only_its_own_runs(tiny_corpus, tmp_path):
