@@ -49,7 +49,7 @@ from torch.utils.flop_counter import FlopCounterMode
 from report import machine, write_report
 from train_scale import write_corpus
 import transformer.model
-import transformer.training
+import transformer.trainer
 from transformer import Trainer, TrainingConfig, Transformer, TransformerConfig
 from transformer.positional import sinusoidal_positional_encoding
 
@@ -204,11 +204,11 @@ def cpu_variant(name: str, steps: int) -> dict:
     if name in ("torch's nn.Dropout", "neither"):
         transformer.model.Dropout.forward = nn.Dropout.forward
     if name in ("glibc's default malloc", "neither"):
-        transformer.training.keep_freed_memory = lambda: False
+        transformer.trainer.keep_freed_memory = lambda: False
     with tempfile.TemporaryDirectory() as work:
         result = trainer_end_to_end(TransformerConfig(**TINY), torch.device("cpu"), "auto", 4096, 3, steps, Path(work))
     peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2**20  # KiB on Linux
-    precision = transformer.training.autocast_dtype("auto", torch.device("cpu"))  # as the CLI trains
+    precision = transformer.trainer.autocast_dtype("auto", torch.device("cpu"))  # as the CLI trains
     return {"variant": name, "precision": str(precision or "fp32"), "trainer_tokens_per_s": result["trainer_tokens_per_s"], "tokens": result["tokens"],
             "peak_rss_gib": peak}
 
@@ -255,7 +255,7 @@ def main():
     if args.threads:
         torch.set_num_threads(args.threads)
     if device.type == "cpu":  # the allocator the Trainer sets, for both models of measurement 1
-        transformer.training.keep_freed_memory()
+        transformer.trainer.keep_freed_memory()
     if args.preset == "cpu":
         config = TransformerConfig(src_vocab_size=8000, tgt_vocab_size=8000, n_layers=3)
     else:

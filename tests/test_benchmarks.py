@@ -34,6 +34,18 @@ def test_decoding_speed_checks_that_all_decoders_agree(tmp_path):
     assert report["command"].startswith("python ") and "decoding_speed.py" in report["command"]
 
 
+
+@pytest.mark.slow
+@pytest.mark.parametrize("variant", ["as shipped", "neither"])
+def test_train_throughput_measures_the_trainers_cpu_settings(variant):
+    """Measurement 3 of train_throughput.py, one step of the tiny preset in a fresh process
+    (it patches the package's own functions: a renamed module broke it once)."""
+    result = subprocess.run([sys.executable, str(BENCHMARKS / "train_throughput.py"), "--cpu-variant", variant,
+                             "--cpu-steps", "1"], capture_output=True, text=True, cwd=BENCHMARKS)
+    assert result.returncode == 0, result.stderr
+    report = json.loads(result.stdout.splitlines()[-1])
+    assert report["variant"] == variant and report["tokens"] > 0 and report["trainer_tokens_per_s"] > 0
+
 @pytest.mark.slow
 def test_train_scale_runs_the_cli_twice_on_a_generated_corpus(tmp_path):
     out = tmp_path / "scale.json"
