@@ -2,7 +2,8 @@
 
 Each side runs `python -m transformer train --data DATA --src SRC --tgt TGT --max-steps N
 --log-every L` (the command's defaults for everything else: its preset, precision and batches
-for that corpus) in a fresh process, the two sides in turn, --repeats times. A run's rate is
+for that corpus) in a fresh process, the two sides in turn (which goes first alternating),
+--repeats times. A run's rate is
 the median of the target tokens/s it logged (metrics.jsonl), the first interval left out
 (tokenizer and caches warm, the allocator's first steps); the record gives each side's rates
 (min / median / max over repeats), the ratio of the medians, the precision and preset each
@@ -89,8 +90,9 @@ def main() -> None:
                     raise RuntimeError(f"{name} imports transformer from {found}, not from {checkout}")
                 train(checkout, args, work / f"prepare-{name[:4]}", work / f"cache-{name[:4]}", 1)
             runs = {name: [] for name in sides}
-            for repeat in range(args.repeats):
-                for name, checkout in sides.items():
+            for repeat in range(args.repeats):  # the two in turn, the first of each pair alternating
+                order = list(sides.items())[:: 1 if repeat % 2 == 0 else -1]
+                for name, checkout in order:
                     run = train(checkout, args, work / f"run-{name[:4]}", work / f"cache-{name[:4]}", args.steps)
                     runs[name].append(run)
                     print(f"repeat {repeat + 1}, {name}: {statistics.median(run['rates'][1:]):,.0f} tokens/s "

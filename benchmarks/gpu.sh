@@ -71,14 +71,15 @@ packing)
     ;;
 tuning)
     # the packed step (CUDA graphs, kernels tuned) beside it without the tuning and with
-    # max-autotune. trainer_step_gpu_base_tuning.json measured the first two on one H200, at a
-    # commit whose Trainer did not tune ("packed" and "packed, coordinate descent" then)
+    # max-autotune (not yet measured). trainer_step_gpu_base_tuning.json, which the book and the
+    # README read, measured the first two on one H200 at a commit whose Trainer did not tune
+    # ("packed" and "packed, coordinate descent" then): these write records of their own
     python benchmarks/trainer_step.py --device cuda --presets base --corpora multi30k --data "$data" \
         --vocab-size 8000 --warmup 20 --batching packed "packed, no kernel tuning" "packed, max-autotune" \
-        --out "$results/trainer_step_gpu_base_tuning.json"
+        --out "$results/trainer_step_gpu_base_tuned.json"
     python benchmarks/trainer_step.py --device cuda --presets big --corpora multi30k --data "$data" \
         --vocab-size 8000 --warmup 20 --steps 15 --batching packed "packed, no kernel tuning" \
-        --out "$results/trainer_step_gpu_big_tuning.json"
+        --out "$results/trainer_step_gpu_big_tuned.json"
     ;;
 ablation)
     # the base step with one of the Trainer's speed choices undone at a time (not yet measured)

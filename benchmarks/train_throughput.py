@@ -18,8 +18,8 @@ Three measurements in one run (the third on a CPU only).
    preset (4096 tokens per update, vocabulary 8000, precision auto) as shipped, with torch's
    nn.Dropout in place of the model's Dropout, with glibc's default malloc (keep_freed_memory
    not called), and with neither; each in a fresh process, since the allocator setting holds
-   for a whole process. Also each process's peak resident memory: what the allocator keeps is
-   not given back.
+   for a whole process. Also each process's peak resident memory (the whole process's: the
+   corpus's preparation in it can set the peak, as it did in train_cpu.json).
 
     python benchmarks/train_throughput.py                       # CPU: fp32 and bf16
     python benchmarks/train_throughput.py --device cuda --preset base --batch 800 --length 32 \
@@ -204,6 +204,7 @@ def cpu_variant(name: str, steps: int) -> dict:
     if name in ("torch's nn.Dropout", "neither"):
         transformer.model.Dropout.forward = nn.Dropout.forward
     if name in ("glibc's default malloc", "neither"):
+        assert hasattr(transformer.trainer, "keep_freed_memory"), "the setting has moved"
         transformer.trainer.keep_freed_memory = lambda: False
     with tempfile.TemporaryDirectory() as work:
         result = trainer_end_to_end(TransformerConfig(**TINY), torch.device("cpu"), "auto", 4096, 3, steps, Path(work))

