@@ -36,8 +36,8 @@ export PYTHONUNBUFFERED=1
 case $stage in
 tests)
     # in parallel where pytest-xdist is installed (each test compiles its own steps). On one H200
-    # with 8 workers: 13 tests in 106 s; the 15 of the kernel-tuning commit did not all finish in
-    # 175 s (12 passed, 3 still running), so give this stage 300 s or more
+    # with 8 workers: 13 tests in 106 s; at the kernel-tuning commit the 13 did not all finish in
+    # 175 s (12 passed, 1 still running), so give this stage 300 s or more
     workers=$(python -c "import xdist" 2>/dev/null && echo "-n 8" || true)
     python -m pytest -q -m gpu -p no:cacheprovider $workers tests/test_attention.py tests/test_model.py \
         tests/test_trainer.py
