@@ -26,14 +26,13 @@ from __future__ import annotations
 import argparse
 import json
 import re
-import statistics
 import subprocess
 import sys
 import tempfile
 import time
 from pathlib import Path
 
-from report import write_report
+from report import spread, write_report
 
 REPO = Path(__file__).resolve().parent.parent
 
@@ -94,10 +93,6 @@ def one_seed(args: argparse.Namespace, seed: int, scores: Path) -> dict:
     print({split: result[split]["bleu"] for split in ("val", "test")}, result["steps"],
           result.get("alpha"), flush=True)
     return result
-
-
-def spread(values: list[float]) -> dict[str, float]:
-    return {"min": min(values), "median": statistics.median(values), "max": max(values)}
 
 
 def main() -> None:

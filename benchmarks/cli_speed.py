@@ -29,7 +29,7 @@ from pathlib import Path
 
 import torch
 
-from report import machine, write_report
+from report import machine, spread, write_report
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -57,10 +57,6 @@ def package_file(checkout: Path) -> Path:
     found = subprocess.run([sys.executable, "-c", "import transformer; print(transformer.__file__)"],
                            cwd=checkout, check=True, capture_output=True, text=True).stdout.strip()
     return Path(found).resolve()
-
-
-def summary(values: list[float]) -> dict[str, float]:
-    return {"min": min(values), "median": statistics.median(values), "max": max(values)}
 
 
 def main() -> None:
@@ -102,7 +98,7 @@ def main() -> None:
     results = {}
     for name, side in runs.items():
         medians = [statistics.median(run["rates"][1:]) for run in side]
-        results[name] = {"tokens_per_s": summary(medians), "runs": side}
+        results[name] = {"tokens_per_s": spread(medians), "runs": side}
     ratio = results["this checkout"]["tokens_per_s"]["median"] / results["baseline"]["tokens_per_s"]["median"]
     print(f"this checkout / baseline {baseline[:7]}: {ratio:.2f}x")
     write_report(args.out, {"device": machine(torch.device("cpu")), "args": {k: str(v) for k, v in vars(args).items()},

@@ -20,23 +20,18 @@ import functools
 import gzip
 import http.server
 import shutil
-import statistics
 import sys
 import threading
 import time
 from pathlib import Path
 from urllib.parse import urlparse
 
-from report import REPO, write_report
+from report import REPO, spread, write_report
 
 sys.path.insert(0, str(REPO))
 from transformer import OnnxTranslator  # noqa: E402
 
 BROWSERS = ("chromium", "chromium-browser", "google-chrome")
-
-
-def spread(values: list[float]) -> dict:
-    return {"min": min(values), "median": statistics.median(values), "max": max(values)}
 
 
 class _Quiet(http.server.SimpleHTTPRequestHandler):

@@ -15,6 +15,7 @@ import json
 import os
 import platform
 import shlex
+import statistics
 import subprocess
 import sys
 import time
@@ -110,6 +111,11 @@ def command_line() -> str:
         else:
             words.append(_from_repo(word))
     return "python " + shlex.join(words)
+
+
+def spread(values: list[float]) -> dict[str, float]:
+    """Repeated measurements as every record gives them: min, median and max."""
+    return {"min": min(values), "median": statistics.median(values), "max": max(values)}
 
 
 def write_report(path: Path, results: dict, device: torch.device | None = None) -> None:

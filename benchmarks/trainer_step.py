@@ -57,7 +57,6 @@ from __future__ import annotations
 
 import argparse
 import itertools
-import statistics
 import tempfile
 import time
 from pathlib import Path
@@ -65,7 +64,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from report import machine, write_report
+from report import machine, spread, write_report
 from train_throughput import PEAK_TFLOPS, TorchPeer, bare_step, sync
 from transformer import Trainer, TrainingConfig, TransformerConfig, label_smoothed_loss
 from transformer.cli import PRESETS
@@ -107,10 +106,6 @@ def useful_flops(config: TransformerConfig, src_len: torch.Tensor, tgt_len: torc
     )
     output = 2 * d * vocab * t.sum()
     return float(3 * (encoder + decoder + output))
-
-
-def summary(values: list[float]) -> dict[str, float]:
-    return {"min": min(values), "median": statistics.median(values), "max": max(values)}
 
 
 def loss_not_compiled(trainer: Trainer) -> None:
@@ -283,7 +278,7 @@ def measure(model_config, corpus: Path, args, work: Path, changes: dict | None =
             repeat["peak_memory_gib"] = torch.cuda.max_memory_allocated(device) / 2**30
         repeats.append(repeat)
         print({k: round(v, 4) for k, v in repeat.items()}, flush=True)
-    result = {key: summary([r[key] for r in repeats]) for key in repeats[0]}
+    result = {key: spread([r[key] for r in repeats]) for key in repeats[0]}
     result["parameters"] = sum(p.numel() for p in trainer.model.parameters())
     result["vocabulary"] = config.tgt_vocab_size
     result["peak_tflops"] = peak
