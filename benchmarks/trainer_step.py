@@ -69,7 +69,7 @@ from train_throughput import PEAK_TFLOPS, TorchPeer, bare_step, sync
 from transformer import Trainer, TrainingConfig, TransformerConfig, label_smoothed_loss
 from transformer.cli import PRESETS
 from transformer.data import PAD, prepare_data
-from transformer.trainer import attention_kernel, autocast
+from transformer.trainer import autocast
 from transformer.training import learning_rate
 
 
@@ -123,7 +123,7 @@ def loss_not_compiled(trainer: Trainer) -> None:
 def loss_on_logits(trainer: Trainer) -> None:
     """Not compiled: the loss computed on the logits (label_smoothed_loss), not output_loss."""
     def forward_loss(src, tgt_in, tgt_out, segments=None):
-        with autocast(trainer.device, trainer.dtype), attention_kernel(trainer.device):
+        with autocast(trainer.device, trainer.dtype):
             logits = trainer.network(src, tgt_in, check_ids=False, segments=segments)
         return label_smoothed_loss(logits, tgt_out, trainer.config.label_smoothing)
 

@@ -5,7 +5,13 @@ import torch
 import torch.nn.functional as F
 
 from transformer import MultiHeadAttention, scaled_dot_product_attention
-from transformer.attention import KeyValueCache, causal_mask, padding_mask
+from transformer.attention import (
+    KeyValueCache,
+    attention_for_cpu_training,
+    causal_mask,
+    padding_mask,
+    segment_mask,
+)
 
 
 @pytest.fixture(autouse=True)
@@ -23,6 +29,57 @@ def test_explicit_formula_equals_fused_kernel_with_and_without_masks():
         torch.testing.assert_close(weights.sum(-1), torch.ones(2, 4, 5))
         if mask is not None:
             assert torch.all(weights.masked_select(~mask.expand_as(weights)) == 0)
+
+
+def _attention_in_float64(q, k, v, mask):
+    """Oracle: torch's composite kernel in float64."""
+    with torch.nn.attention.sdpa_kernel(torch.nn.attention.SDPBackend.MATH):
+        return F.scaled_dot_product_attention(q.double(), k.double(), v.double(), attn_mask=mask)
+
+
+def test_cpu_training_attention_equals_torch_forward_and_backward():
+    segments = torch.tensor([[1, 1, 2, 2, 2, 0, 0], [1, 1, 1, 1, 1, 1, 2]])
+    keys = torch.tensor([[1, 2, 3, 4, 5, 0, 0], [1, 2, 3, 4, 5, 6, 7]])
+    masks = {"none": None, "padding": padding_mask(keys, 0), "causal": causal_mask(7),
+             "packed": segment_mask(segments, segments) & causal_mask(7)}
+    for name, mask in masks.items():
+        q, k, v = (torch.randn(2, 4, 7, d, requires_grad=True) for d in (16, 16, 8))
+        ours = attention_for_cpu_training(q, k, v, mask, 0.0)
+        expected = _attention_in_float64(q, k, v, mask)
+        torch.testing.assert_close(ours.double(), expected, atol=1e-5, rtol=1e-5, msg=name)
+        g = torch.randn_like(ours)
+        for a, b in zip(torch.autograd.grad(ours, (q, k, v), g),
+                        torch.autograd.grad(expected, (q, k, v), g.double())):
+            torch.testing.assert_close(a, b, atol=1e-5, rtol=1e-5, msg=name)
+
+
+def test_cpu_training_attention_under_bf16_autocast_is_close_to_float64():
+    q, k, v = (torch.randn(3, 4, 9, 16) for _ in range(3))
+    mask = padding_mask(torch.tensor([[1] * 9, [1] * 5 + [0] * 4, [1] * 2 + [0] * 7]), 0)
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        ours = attention_for_cpu_training(q.bfloat16(), k.bfloat16(), v.bfloat16(), mask, 0.0)
+    assert ours.dtype == torch.bfloat16
+    expected = _attention_in_float64(q, k, v, mask)
+    assert (ours.double() - expected).abs().max() < 0.05
+
+
+def test_multi_head_attention_trains_on_a_cpu_through_the_written_out_path():
+    """With autograd on, a CPU layer takes attention_for_cpu_training; without, torch's
+    kernel. Same outputs, and the same gradients as torch.nn.MultiheadAttention's."""
+    ours = MultiHeadAttention(32, 4)
+    theirs = torch.nn.MultiheadAttention(32, 4, batch_first=True)
+    _load_into_torch(ours, theirs)
+    x = torch.randn(2, 6, 32)
+    ids = torch.tensor([[1] * 6, [1, 1, 1, 0, 0, 0]])
+    out, _ = ours(x, x, x, mask=padding_mask(ids, 0), is_causal=True)
+    expected, _ = theirs(x, x, x, key_padding_mask=ids == 0, attn_mask=~causal_mask(6))
+    torch.testing.assert_close(out, expected, atol=1e-5, rtol=1e-5)
+    with torch.no_grad():
+        fused, _ = ours(x, x, x, mask=padding_mask(ids, 0), is_causal=True)
+    torch.testing.assert_close(out, fused, atol=1e-5, rtol=1e-5)
+    out.square().sum().backward()
+    expected.square().sum().backward()
+    torch.testing.assert_close(ours.w_qkv.weight.grad, theirs.in_proj_weight.grad, atol=1e-4, rtol=1e-4)
 
 
 def test_masks_follow_the_true_means_attend_convention():

@@ -67,6 +67,21 @@ def test_output_loss_equals_cross_entropy_on_the_logits(rows):
     assert not have[0][0, 2:].any(), "padding positions get no gradient"
 
 
+def test_output_loss_is_exact_where_the_target_probability_underflows():
+    """Rows so confident (margins of hundreds) that exp(log p_y) is 0 in fp32: the loss
+    takes log-sum-exp from the largest logit, so it stays finite and exact. Oracle:
+    cross_entropy in float64 on the logits."""
+    torch.manual_seed(0)
+    hidden = torch.randn(6, 4) * 60
+    weight = torch.randn(9, 4)
+    target = torch.randint(1, 9, (6,))
+    logits = (hidden @ weight.T).double()
+    assert (logits.log_softmax(-1).gather(1, target[:, None]) < -120).any()
+    expected = torch.nn.functional.cross_entropy(logits, target, label_smoothing=0.1, reduction="sum")
+    got = output_loss(hidden[None], weight, target[None], 0.1, pad_id=0, rows=4)
+    assert torch.isfinite(got) and abs(got.item() - expected.item()) <= 1e-5 * expected.item()
+
+
 def test_output_loss_under_bf16_autocast_is_the_logits_path_in_bf16():
     torch.manual_seed(0)
     hidden = torch.randn(4, 6, 16, requires_grad=True)

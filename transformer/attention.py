@@ -259,21 +259,40 @@ class MultiHeadAttention(nn.Module):
         # The fused kernel's is_causal aligns the triangle top-left, so it is exact only
         # for n_q == n_k without another mask; otherwise the causal mask is built
         # explicitly.
-        if is_causal and (mask is not None or n_q != n_k or need_weights):
+        cpu_training = query.device.type == "cpu" and torch.is_grad_enabled()
+        explicit = mask is not None or n_q != n_k or need_weights or cpu_training
+        if is_causal and explicit:
             causal = causal_mask(n_q, n_k, device=query.device)
             mask, is_causal = (causal if mask is None else mask & causal), False
         dropout_p = self.dropout if self.training else 0.0
+        weights = None
         if need_weights:
             out, weights = scaled_dot_product_attention(q, k, v, mask, dropout_p)
+        elif cpu_training:
+            out = attention_for_cpu_training(q, k, v, mask, dropout_p)
         else:
             out = F.scaled_dot_product_attention(
                 q, k, v, attn_mask=mask, dropout_p=dropout_p, is_causal=is_causal
             )
-            weights = None
         out = out.transpose(1, 2).reshape(
             batch, n_q, self.n_heads * self.d_v
         )  # Concat(head_1..head_h)
         return self.w_o(out), weights
+
+
+def attention_for_cpu_training(
+    query: Tensor, key: Tensor, value: Tensor, mask: Tensor | None, dropout_p: float
+) -> Tensor:
+    """softmax(Q K^T / sqrt(d_k) + B) V, B = 0 where `mask` allows, -inf elsewhere: the
+    matrix products in the inputs' dtype, the softmax in fp32."""
+    scores = (query @ key.transpose(-2, -1)).float() / math.sqrt(query.size(-1))
+    if mask is not None:
+        bias = torch.zeros(mask.shape, device=mask.device)
+        scores = scores + bias.masked_fill_(~mask, float("-inf"))
+    weights = scores.softmax(dim=-1)
+    if dropout_p > 0.0:
+        weights = F.dropout(weights, p=dropout_p)
+    return weights.to(value.dtype) @ value
 
 
 __all__ = [
@@ -284,4 +303,5 @@ __all__ = [
     'segment_mask',
     'KeyValueCache',
     'MultiHeadAttention',
+    'attention_for_cpu_training',
 ]

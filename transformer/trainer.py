@@ -25,7 +25,6 @@ import torch
 import torch.distributed as dist
 from tokenizers import Tokenizer
 from torch import Tensor, nn
-from torch.nn.attention import SDPBackend, sdpa_kernel
 from tqdm import tqdm
 
 from transformer.data import (
@@ -239,15 +238,6 @@ def autocast(
     if dtype is None:
         return contextlib.nullcontext()
     return torch.autocast(device.type, dtype=dtype)
-
-
-def attention_kernel(device: torch.device) -> contextlib.AbstractContextManager:
-    """On a CPU, PyTorch's fused attention kernel is slower in the backward pass than
-    the written-out softmax(QK^T / sqrt(d_k)) V for sentence-length inputs (see
-    Training speed), so training there uses the written-out one."""
-    if device.type != "cpu":
-        return contextlib.nullcontext()
-    return sdpa_kernel(SDPBackend.MATH)
 
 
 def keep_freed_memory() -> bool:
@@ -609,20 +599,24 @@ class _OutputLoss(torch.autograd.Function):
     @staticmethod
     def forward(ctx, hidden, weight, target, epsilon, rows, dtype):
         k = weight.size(0)
-        w = weight.to(dtype)
+        w, hidden_d = weight.to(dtype), hidden.to(dtype)
         grad_hidden = torch.empty(hidden.shape, dtype=dtype, device=hidden.device)
         grad_weight = torch.zeros_like(weight, dtype=torch.float32)
-        loss = torch.zeros((), device=hidden.device)
+        # a row's loss: lse - (1 - eps) z_y - eps / k sum_j z_j, as log p_j = z_j - lse;
+        # sum_j z_j = h . sum_j w_j, one product for all rows
+        loss = -epsilon / k * (hidden.float() @ weight.float().sum(0)).sum()
         for start in range(0, hidden.size(0), rows):
-            h, y = hidden[start : start + rows].to(dtype), target[start : start + rows]
-            log_p = (h @ w.T).float().log_softmax(-1)
-            at_y = log_p.gather(1, y[:, None])
-            loss -= (1 - epsilon) * at_y.sum() + epsilon / k * log_p.sum()
+            h, y = hidden_d[start : start + rows], target[start : start + rows, None]
+            z = (h @ w.T).float()
+            p = z.softmax(-1)
+            # lse from the largest logit, whose probability (>= 1 / k) cannot underflow
+            lse = z.amax(-1) - p.amax(-1).log()
+            loss += lse.sum() - (1 - epsilon) * z.gather(1, y).sum()
             # p - q: q's smoothed mass eps / k everywhere, then its one-hot part at y
-            grad = log_p.exp_().sub_(epsilon / k)
-            grad.scatter_add_(1, y[:, None], torch.full_like(at_y, epsilon - 1))
-            grad = grad.to(dtype)
-            grad_hidden[start : start + rows] = grad @ w
+            p.scatter_add_(1, y, torch.full(y.shape, epsilon - 1, dtype=p.dtype,
+                                            device=p.device))
+            grad = p.sub_(epsilon / k).to(dtype)
+            torch.mm(grad, w, out=grad_hidden[start : start + rows])
             grad_weight += grad.T @ h
         ctx.save_for_backward(grad_hidden, grad_weight)
         ctx.dtypes = hidden.dtype, weight.dtype
@@ -783,7 +777,7 @@ class Trainer:
         segments: those of packed rows. Compiled, the loss is fused by the compiler;
         otherwise output_loss computes it without the logits."""
         epsilon = self.config.label_smoothing
-        with autocast(self.device, self.dtype), attention_kernel(self.device):
+        with autocast(self.device, self.dtype):
             out = self.network(
                 src, tgt_in, check_ids=False, segments=segments, project=self.compile
             )
@@ -989,7 +983,6 @@ __all__ = [
     'check_precision',
     'autocast_dtype',
     'autocast',
-    'attention_kernel',
     'keep_freed_memory',
     'TrainingConfig',
     'rank_sampler',
