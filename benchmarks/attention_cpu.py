@@ -85,7 +85,7 @@ def main() -> None:
             # the projection's output: bf16 under autocast, as nn.Linear's is
             qkv = projected.to(dtype or torch.float32).requires_grad_()
             times = {name: [] for name in WAYS}
-            errors = {name: float((call(way, qkv, mask, grad, dtype).double() - exact).abs().max())
+            errors = {name: float((call(way, qkv, mask, grad, dtype).detach().double() - exact).abs().max())
                       for name, way in WAYS.items()}  # also the warm-up
             for _ in range(args.repeats):
                 for name, way in WAYS.items():
