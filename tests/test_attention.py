@@ -4,6 +4,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 
+import transformer.attention as attention_module
 from transformer import MultiHeadAttention, scaled_dot_product_attention
 from transformer.attention import (
     KeyValueCache,
@@ -54,13 +55,54 @@ def test_cpu_training_attention_equals_torch_forward_and_backward():
 
 
 def test_cpu_training_attention_under_bf16_autocast_is_close_to_float64():
-    q, k, v = (torch.randn(3, 4, 9, 16) for _ in range(3))
+    q, k, v = (torch.randn(3, 4, 9, 16, requires_grad=True) for _ in range(3))
     mask = padding_mask(torch.tensor([[1] * 9, [1] * 5 + [0] * 4, [1] * 2 + [0] * 7]), 0)
     with torch.autocast("cpu", dtype=torch.bfloat16):
         ours = attention_for_cpu_training(q.bfloat16(), k.bfloat16(), v.bfloat16(), mask, 0.0)
     assert ours.dtype == torch.bfloat16
     expected = _attention_in_float64(q, k, v, mask)
     assert (ours.double() - expected).abs().max() < 0.05
+    g = torch.randn_like(expected)
+    for a, b in zip(torch.autograd.grad(ours, (q, k, v), g.bfloat16()),
+                    torch.autograd.grad(expected, (q, k, v), g)):
+        assert (a - b).abs().max() < 0.05 * b.abs().max()
+
+
+def test_cpu_training_attention_keeps_float64():
+    q, k, v = (torch.randn(2, 2, 5, 8, dtype=torch.float64, requires_grad=True) for _ in range(3))
+    mask = causal_mask(5)
+    ours = attention_for_cpu_training(q, k, v, mask, 0.0)
+    assert ours.dtype == torch.float64
+    torch.testing.assert_close(ours, _attention_in_float64(q, k, v, mask), atol=1e-12, rtol=1e-12)
+    assert torch.autograd.gradcheck(lambda *x: attention_for_cpu_training(*x, mask, 0.0), (q, k, v))
+
+
+def test_cpu_training_attention_drops_weights_with_dropout():
+    """Oracle: the written-out equation on the same dropout mask (the same seed)."""
+    q, k, v = (torch.randn(2, 2, 6, 8) for _ in range(3))
+    torch.manual_seed(3)
+    ours = attention_for_cpu_training(q, k, v, None, 0.5)
+    torch.manual_seed(3)
+    expected, _ = scaled_dot_product_attention(q, k, v, None, 0.5)
+    torch.testing.assert_close(ours, expected, atol=1e-5, rtol=1e-5)
+    assert not torch.allclose(ours, scaled_dot_product_attention(q, k, v)[0], atol=1e-3)
+
+
+def test_only_training_on_a_cpu_takes_the_written_out_path(monkeypatch):
+    calls = []
+
+    def counted(*args):
+        calls.append(1)
+        return attention_for_cpu_training(*args)
+
+    monkeypatch.setattr(attention_module, "attention_for_cpu_training", counted)
+    layer, x = MultiHeadAttention(16, 2), torch.randn(2, 3, 16)
+    layer(x, x, x, is_causal=True)
+    assert len(calls) == 1, "training, autograd on"
+    with torch.no_grad():
+        layer(x, x, x, is_causal=True)
+    layer.eval()(x, x, x, is_causal=True)  # evaluation (and export) with autograd on
+    assert len(calls) == 1, "no grad or eval mode: PyTorch's kernels"
 
 
 def test_multi_head_attention_trains_on_a_cpu_through_the_written_out_path():

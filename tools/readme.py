@@ -173,7 +173,7 @@ def plain_command_speed() -> str:
     now, then = (record["results"][side]["tokens_per_s"]["median"] for side in ("this checkout", "baseline"))
     return (
         f"The plain `python -m transformer train` on Multi30k trains {now:,.0f} target tokens/s, {now / then:.2f}x "
-        f"the {then:,.0f} of commit {record['baseline_commit'][:7]} run in turn with it (`{name}`, commit "
+        f"the {then:,.0f} of commit {record['baseline_commit'][:7]} run in turn with it, each counting its own tokenizer's tokens (`{name}`, commit "
         f"{record['git']['commit'][:7]}; the medians of three runs)."
     )
 

@@ -256,10 +256,12 @@ class MultiHeadAttention(nn.Module):
         n_k = k.size(2)
         if mask is not None:
             self._check_mask(mask, n_q, n_k, batch)
+        cpu_training = (
+            query.device.type == "cpu" and self.training and torch.is_grad_enabled()
+        )
         # The fused kernel's is_causal aligns the triangle top-left, so it is exact only
-        # for n_q == n_k without another mask; otherwise the causal mask is built
-        # explicitly.
-        cpu_training = query.device.type == "cpu" and torch.is_grad_enabled()
+        # for n_q == n_k without another mask; otherwise, and for the paths written out,
+        # the causal mask is built explicitly.
         explicit = mask is not None or n_q != n_k or need_weights or cpu_training
         if is_causal and explicit:
             causal = causal_mask(n_q, n_k, device=query.device)
@@ -284,10 +286,13 @@ def attention_for_cpu_training(
     query: Tensor, key: Tensor, value: Tensor, mask: Tensor | None, dropout_p: float
 ) -> Tensor:
     """softmax(Q K^T / sqrt(d_k) + B) V, B = 0 where `mask` allows, -inf elsewhere: the
-    matrix products in the inputs' dtype, the softmax in fp32."""
-    scores = (query @ key.transpose(-2, -1)).float() / math.sqrt(query.size(-1))
+    matrix products in the inputs' dtype, the softmax in fp32 (or float64). A query with
+    no key to attend to gets NaN."""
+    scores = query @ key.transpose(-2, -1)
+    scores = scores.to(torch.promote_types(scores.dtype, torch.float32))
+    scores = scores / math.sqrt(query.size(-1))
     if mask is not None:
-        bias = torch.zeros(mask.shape, device=mask.device)
+        bias = torch.zeros(mask.shape, dtype=scores.dtype, device=mask.device)
         scores = scores + bias.masked_fill_(~mask, float("-inf"))
     weights = scores.softmax(dim=-1)
     if dropout_p > 0.0:

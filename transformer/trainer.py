@@ -599,22 +599,21 @@ class _OutputLoss(torch.autograd.Function):
     @staticmethod
     def forward(ctx, hidden, weight, target, epsilon, rows, dtype):
         k = weight.size(0)
-        w, hidden_d = weight.to(dtype), hidden.to(dtype)
+        w, h_all = weight.to(dtype), hidden.to(dtype)
         grad_hidden = torch.empty(hidden.shape, dtype=dtype, device=hidden.device)
         grad_weight = torch.zeros_like(weight, dtype=torch.float32)
         # a row's loss: lse - (1 - eps) z_y - eps / k sum_j z_j, as log p_j = z_j - lse;
         # sum_j z_j = h . sum_j w_j, one product for all rows
         loss = -epsilon / k * (hidden.float() @ weight.float().sum(0)).sum()
         for start in range(0, hidden.size(0), rows):
-            h, y = hidden_d[start : start + rows], target[start : start + rows, None]
+            h, y = h_all[start : start + rows], target[start : start + rows, None]
             z = (h @ w.T).float()
             p = z.softmax(-1)
             # lse from the largest logit, whose probability (>= 1 / k) cannot underflow
             lse = z.amax(-1) - p.amax(-1).log()
             loss += lse.sum() - (1 - epsilon) * z.gather(1, y).sum()
             # p - q: q's smoothed mass eps / k everywhere, then its one-hot part at y
-            p.scatter_add_(1, y, torch.full(y.shape, epsilon - 1, dtype=p.dtype,
-                                            device=p.device))
+            p.scatter_add_(1, y, torch.full_like(y, epsilon - 1, dtype=p.dtype))
             grad = p.sub_(epsilon / k).to(dtype)
             torch.mm(grad, w, out=grad_hidden[start : start + rows])
             grad_weight += grad.T @ h
