@@ -70,11 +70,23 @@ def test_length_penalty_follows_the_gnmt_formula():
     torch.testing.assert_close(length_penalty(lengths, 0.6), ((5 + lengths) / 6) ** 0.6)
 
 
-def test_beam_of_one_is_greedy():
+def test_beam_of_one_keeps_greedys_prefix_until_greedy_ends():
+    """k = 1 keeps the most probable extension alive at every step: greedy's prefix (the
+    result may differ: a runner-up ending in <eos> is kept as finished and can win)."""
     model = _model(2)
     src = torch.randint(4, 40, (6, 8))
     src[1, 5:] = PAD
-    torch.testing.assert_close(beam_search(model, src, beam_size=1).tokens[:, 0], greedy_decode(model, src))
+    greedy = greedy_decode(model, src, max_len=20)  # one limit: every sentence stops at it
+    prefixes = {}
+    beam_search(model, src, beam_size=1, max_len=20, on_step=lambda t, alive, _: prefixes.update({t: alive[:, 0]}))
+    before_eos = (greedy != EOS).cumprod(1).sum(1)
+    compared = 0
+    for t, alive in prefixes.items():
+        going = before_eos >= t
+        if going.any():
+            assert torch.equal(alive[going], greedy[going, :t])
+            compared += int(going.sum())
+    assert compared >= 6 * 8
 
 
 def test_cached_and_uncached_beam_search_agree():

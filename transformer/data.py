@@ -183,6 +183,7 @@ HUB_SPLITS = {
     "validation": "val",
     "val": "val",
     "valid": "val",
+    "dev": "val",
     "test": "test",
 }
 

@@ -96,9 +96,11 @@ def draw_architecture(
     ax = ax if ax is not None else plt.gca()
     d, h, d_ff, drawn = config.d_model, config.n_heads, config.d_ff, []
     d_k = config.d_k or d // h
-    for x, side in [(2.5, "Inputs"), (8.5, "Outputs (shifted right)")]:
+    sides = [(2.5, "Inputs", config.src_vocab_size),
+             (8.5, "Outputs (shifted right)", config.tgt_vocab_size)]
+    for x, side, vocab in sides:
         ax.text(x, -0.2, side, ha="center", fontsize=9)
-        embedding = f"Embedding {config.src_vocab_size:,} x {d}\nscaled by sqrt({d})"
+        embedding = f"Embedding {vocab:,} x {d}\nscaled by sqrt({d})"
         _box(ax, drawn, x, 0.6, embedding, "embed")
         ax.text(x + 0.15, 1.5, "+ positional encoding", va="center", fontsize=8)
         _arrow(ax, x, 0.0, x, 0.3)
