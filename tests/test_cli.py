@@ -62,13 +62,16 @@ def test_the_default_preset_follows_the_data(tiny_corpus, tmp_path):
 
 def test_dropout_and_pre_ln_shape_a_new_model_and_are_refused_on_resume(tiny_corpus, tmp_path):
     out = tmp_path / "run"
-    assert main(_train_args(tiny_corpus, out, "--preset", "tiny", "--dropout", "0.25", "--pre-ln")) == 0
+    assert main(_train_args(tiny_corpus, out, "--preset", "tiny", "--dropout", "0.25", "--pre-ln",
+                            "--attention-dropout", "0.1", "--activation-dropout", "0.2")) == 0
     model = load_checkpoint(out / "checkpoint-00000001.pt")["model_config"]
     assert (model["d_model"], model["n_layers"], model["dropout"], model["norm_first"]) == (128, 4, 0.25, True)
+    assert (model["attention_dropout"], model["activation_dropout"]) == (0.1, 0.2)
     with pytest.raises(SystemExit, match="a resumed run keeps its checkpoint's"):
         main(["train", "--resume", str(out), "--max-steps", "2", "--dropout", "0.1", "--out", str(out)])
-    with pytest.raises(SystemExit, match="a resumed run keeps its checkpoint's"):
-        main(["train", "--resume", str(out), "--max-steps", "2", "--post-ln", "--out", str(out)])
+    for option in ("--post-ln", "--attention-dropout=0", "--activation-dropout=0"):
+        with pytest.raises(SystemExit, match="a resumed run keeps its checkpoint's"):
+            main(["train", "--resume", str(out), "--max-steps", "2", option, "--out", str(out)])
     post = tmp_path / "post"
     assert main(_train_args(tiny_corpus, post, "--preset", "tiny", "--post-ln")) == 0
     assert load_checkpoint(post / "checkpoint-00000001.pt")["model_config"]["norm_first"] is False

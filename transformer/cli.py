@@ -72,6 +72,8 @@ SMALL_DATA = {
     "numbers": {"vocab_size": 200, "max_tokens": 2000, "eval_every": 200},
     "text": {"vocab_size": 8000, "max_tokens": 4000, "eval_every": 400},
 }
+# the options that shape a new model over its preset's (a resumed run keeps its own)
+MODEL_OPTIONS = ("dropout", "attention_dropout", "activation_dropout", "norm_first")
 
 
 def _probability(text: str) -> float:
@@ -187,6 +189,16 @@ def _add_model_options(group: argparse._ArgumentGroup) -> None:
         "--dropout", type=_probability, help="P_drop of the sub-layers (paper: 0.1)"
     )
     group.add_argument(
+        "--attention-dropout",
+        type=_probability,
+        help="dropout on the attention weights (paper: 0)",
+    )
+    group.add_argument(
+        "--activation-dropout",
+        type=_probability,
+        help="dropout on the FFN's hidden activations (paper: 0)",
+    )
+    group.add_argument(
         "--pre-ln",
         dest="norm_first",
         action="store_const",
@@ -286,9 +298,7 @@ def _new_trainer(args: argparse.Namespace, given: dict) -> Trainer:
     # real text: punctuation split from words (the Data chapter; the number corpus's
     # hyphens and commas belong to its number words)
     training_defaults = {**training_defaults, "split_punctuation": text}
-    model_given = {
-        k: v for k in ("dropout", "norm_first") if (v := getattr(args, k)) is not None
-    }
+    model_given = {k: v for k in MODEL_OPTIONS if (v := getattr(args, k)) is not None}
     model_overrides = {k: v for k, v in model_overrides.items() if k not in model_given}
     if preset == "small":
         training_defaults = {
@@ -337,10 +347,11 @@ def _train(args: argparse.Namespace) -> int:
         if getattr(args, f.name, None) is not None
     }
     if args.resume:
-        if args.dropout is not None or args.norm_first is not None or args.lowercase:
+        if args.lowercase or any(getattr(args, k) is not None for k in MODEL_OPTIONS):
             raise SystemExit(
-                "error: --dropout, --pre-ln, --post-ln and --lowercase shape a new "
-                "model; a resumed run keeps its checkpoint's"
+                "error: --dropout, --attention-dropout, --activation-dropout, "
+                "--pre-ln, --post-ln and --lowercase shape a new model; a resumed run "
+                "keeps its checkpoint's"
             )
         trainer = Trainer.resume(args.resume, args.out, args.overwrite, **given)
     else:

@@ -46,13 +46,21 @@ CHECKPOINT_FORMAT = "transformer-checkpoint-v1"
 
 
 def save_checkpoint(state: dict, path: str | Path) -> Path:
-    """Write `state` atomically: to PATH.tmp first, then renamed to PATH."""
+    """Write `state` atomically and durably: to PATH.tmp, synced, renamed to PATH."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     temporary = path.with_name(path.name + ".tmp")
     try:
-        torch.save({"format": CHECKPOINT_FORMAT, **state}, temporary)
+        with open(temporary, "wb") as file:
+            torch.save({"format": CHECKPOINT_FORMAT, **state}, file)
+            file.flush()
+            os.fsync(file.fileno())  # the bytes on the disk before the name
         os.replace(temporary, path)
+        folder = os.open(path.parent, os.O_RDONLY)
+        try:
+            os.fsync(folder)  # and the new name
+        finally:
+            os.close(folder)
     except (
         OSError,
         RuntimeError,
