@@ -1,13 +1,15 @@
 """Attention in a CPU training step: the package's written-out path against PyTorch's kernels.
 
 One attention call, forward and backward, on the heads of a Multi30k-sized batch (the `tiny`
-preset: d_model 128, 4 heads of 32; 204 sentences of 20 tokens, some padded, about the CLI's
-4,096 tokens), with a padding mask (the encoder, the cross-attention) and with the padding and
-causal masks together (the decoder), in bf16 autocast (the CLI's precision on a CPU) and in fp32.
-Three ways to compute it on the same queries, keys and values: `attention_for_cpu_training`
-(what `MultiHeadAttention` calls when it trains on a CPU), and
-`F.scaled_dot_product_attention` restricted to PyTorch's composite kernel (MATH, what the
-`Trainer` used before) or to its fused CPU kernel (FLASH_ATTENTION, what it picks by itself).
+preset: d_model 128, 4 heads of 32; --tokens // length sentences of each of --lengths tokens,
+some padded, about the CLI's 4,096 tokens: 204 of 20, 341 of 12), with a padding mask (the
+encoder, the cross-attention) and with the padding and causal masks together (the decoder), in
+bf16 autocast (the CLI's precision on a CPU) and in fp32. Four ways to compute it on the same
+queries, keys and values: `attention_for_cpu_training` (what `MultiHeadAttention` calls when it
+trains on a CPU), the same without its padding of short rows of scores to 16 for the softmax
+(what the package did before), and `F.scaled_dot_product_attention` restricted to PyTorch's
+composite kernel (MATH, what the `Trainer` used before that) or to its fused CPU kernel
+(FLASH_ATTENTION, what it picks by itself).
 Each is timed over --calls calls, --repeats times in turn; the record gives ms per call
 (min / median / max over repeats) and the largest difference from the float64 formula.
 
@@ -17,6 +19,8 @@ Each is timed over --calls calls, --repeats times in turn; the record gives ms p
 from __future__ import annotations
 
 import argparse
+import itertools
+import math
 import time
 from pathlib import Path
 
@@ -36,9 +40,17 @@ def torch_kernel(backend: SDPBackend):
     return attend
 
 
+def rows_not_padded(q, k, v, mask):
+    """attention_for_cpu_training without the padding of short rows for the softmax."""
+    scores = (q @ k.transpose(-2, -1)).float() / math.sqrt(q.size(-1))
+    bias = torch.zeros(mask.shape).masked_fill_(~mask, float("-inf"))
+    return (scores + bias).softmax(-1).to(v.dtype) @ v
+
+
 WAYS = {
     "written out for CPU training (the package)":
         lambda q, k, v, mask: attention_for_cpu_training(q, k, v, mask, 0.0),
+    "the same, short rows not padded": rows_not_padded,
     "PyTorch's composite kernel (MATH)": torch_kernel(SDPBackend.MATH),
     "PyTorch's fused CPU kernel (FLASH_ATTENTION)": torch_kernel(SDPBackend.FLASH_ATTENTION),
 }
@@ -66,8 +78,8 @@ def call(way, qkv, mask, grad, dtype):
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--batch", type=int, default=204)
-    parser.add_argument("--length", type=int, default=20)
+    parser.add_argument("--tokens", type=int, default=4096)
+    parser.add_argument("--lengths", type=int, nargs="+", default=[20, 12])
     parser.add_argument("--calls", type=int, default=30)
     parser.add_argument("--repeats", type=int, default=5)
     parser.add_argument("--out", type=Path, required=True)
@@ -75,10 +87,11 @@ def main() -> None:
     keep_freed_memory()  # as the Trainer does on a CPU
     torch.manual_seed(0)
     results = {}
-    for masks in ("padding", "padding and causal"):
-        mask = padded_mask(args.batch, args.length, masks != "padding")
-        projected = torch.randn(args.batch, args.length, 3 * 128)
-        grad = torch.randn(args.batch, 4, args.length, 32)
+    for length, masks in itertools.product(args.lengths, ("padding", "padding and causal")):
+        batch = args.tokens // length
+        mask = padded_mask(batch, length, masks != "padding")
+        projected = torch.randn(batch, length, 3 * 128)
+        grad = torch.randn(batch, 4, length, 32)
         with sdpa_kernel(SDPBackend.MATH):
             exact = F.scaled_dot_product_attention(*heads(projected.double(), 4), attn_mask=mask)
         for precision, dtype in (("bf16", torch.bfloat16), ("fp32", None)):
@@ -94,12 +107,13 @@ def main() -> None:
                         call(way, qkv, mask, grad, dtype)
                     times[name].append((time.perf_counter() - start) / args.calls * 1e3)
             for name in WAYS:
-                key = f"{masks}, {precision}, {name}"
+                key = f"{length} tokens, {masks}, {precision}, {name}"
                 results[key] = {"ms_per_call": spread(times[name]), "max_error": errors[name]}
                 print(f"{key}: {results[key]['ms_per_call']['median']:.2f} ms, "
                       f"error {errors[name]:.2g}", flush=True)
     write_report(args.out, {"device": machine(torch.device("cpu")), "shape": {
-        "batch": args.batch, "length": args.length, "heads": 4, "d_k": 32}, "results": results})
+        "tokens": args.tokens, "lengths": args.lengths, "heads": 4, "d_k": 32},
+        "results": results})
 
 
 if __name__ == "__main__":

@@ -54,6 +54,25 @@ def test_cpu_training_attention_equals_torch_forward_and_backward():
             torch.testing.assert_close(a, b, atol=1e-5, rtol=1e-5, msg=name)
 
 
+@pytest.mark.parametrize("n_k", [1, 15, 16, 17, 40])
+def test_cpu_training_attention_on_either_side_of_the_padded_softmax(n_k):
+    """Rows of scores shorter than 16 are padded for the softmax and cut back; longer
+    ones are not: the same values and gradients as float64 either way, and a query with
+    no key to attend to still gets NaN."""
+    q, k, v = (torch.randn(3, 2, n, 8, requires_grad=True) for n in (5, n_k, n_k))
+    lengths = torch.tensor([n_k, max(1, n_k // 2), 1])
+    mask = (torch.arange(n_k) < lengths[:, None])[:, None, None, :]
+    ours = attention_for_cpu_training(q, k, v, mask, 0.0)
+    expected = _attention_in_float64(q, k, v, mask)
+    torch.testing.assert_close(ours.double(), expected, atol=1e-5, rtol=1e-5)
+    g = torch.randn_like(ours)
+    for a, b in zip(torch.autograd.grad(ours, (q, k, v), g),
+                    torch.autograd.grad(expected, (q, k, v), g.double())):
+        torch.testing.assert_close(a, b, atol=1e-5, rtol=1e-5)
+    no_key = torch.zeros(1, 1, 1, n_k, dtype=torch.bool)
+    assert attention_for_cpu_training(q, k, v, no_key, 0.0).isnan().all()
+
+
 def test_cpu_training_attention_under_bf16_autocast_is_close_to_float64():
     q, k, v = (torch.randn(3, 4, 9, 16, requires_grad=True) for _ in range(3))
     mask = padding_mask(torch.tensor([[1] * 9, [1] * 5 + [0] * 4, [1] * 2 + [0] * 7]), 0)

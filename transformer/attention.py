@@ -294,7 +294,10 @@ def attention_for_cpu_training(
     if mask is not None:
         bias = torch.zeros(mask.shape, dtype=scores.dtype, device=mask.device)
         scores = scores + bias.masked_fill_(~mask, float("-inf"))
-    weights = scores.softmax(dim=-1)
+    n_k = scores.size(-1)
+    if n_k < 16:  # PyTorch's CPU softmax is far slower over rows shorter than 16
+        scores = F.pad(scores, (0, 16 - n_k), value=float("-inf"))
+    weights = scores.softmax(dim=-1)[..., :n_k]  # the padding's weights are 0
     if dropout_p > 0.0:
         weights = F.dropout(weights, p=dropout_p)
     return weights.to(value.dtype) @ value
