@@ -18,8 +18,9 @@ Three measurements in one run (the third on a CPU only).
    preset (4096 tokens per update, vocabulary 8000, precision auto) as shipped, with torch's
    nn.Dropout in place of the model's Dropout, with glibc's default malloc (keep_freed_memory
    not called), and with neither; each in a fresh process, since the allocator setting holds
-   for a whole process. Also each process's peak resident memory (the whole process's: the
-   corpus's preparation in it can set the peak, as it did in train_cpu.json).
+   for a whole process, the four in turn, --cpu-repeats times: tokens/s min / median / max, and
+   each median over neither's. Also the largest peak resident memory of a variant's processes
+   (the whole process's: the corpus's preparation in it can set the peak).
 
     python benchmarks/train_throughput.py                       # CPU: fp32 and bf16
     python benchmarks/train_throughput.py --device cuda --preset base --batch 800 --length 32 \
@@ -46,7 +47,7 @@ import torch
 from torch import nn
 from torch.utils.flop_counter import FlopCounterMode
 
-from report import machine, write_report
+from report import machine, spread, write_report
 from train_scale import write_corpus
 import transformer.model
 import transformer.trainer
@@ -214,18 +215,22 @@ def cpu_variant(name: str, steps: int) -> dict:
             "peak_rss_gib": peak}
 
 
-def cpu_settings(steps: int) -> list[dict]:
-    """cpu_variant for every variant, each in a fresh process."""
-    results = []
-    for name in CPU_VARIANTS:
-        out = subprocess.run([sys.executable, __file__, "--cpu-variant", name, "--cpu-steps", str(steps)],
-                             capture_output=True, text=True, check=True).stdout
-        results.append(json.loads(out.splitlines()[-1]))
-        print(f"Trainer, tiny preset, {name}: {results[-1]['trainer_tokens_per_s']:,.0f} tokens/s, "
-              f"peak memory {results[-1]['peak_rss_gib']:.2f} GiB", flush=True)
-    for r in results:
-        r["speed_of_neither"] = r["trainer_tokens_per_s"] / results[-1]["trainer_tokens_per_s"]
-    return results
+def cpu_settings(steps: int, repeats: int) -> list[dict]:
+    """cpu_variant for every variant, each in a fresh process, the variants in turn, `repeats`
+    times: each variant's tokens/s (min / median / max) and its median over neither's."""
+    runs: dict[str, list[dict]] = {name: [] for name in CPU_VARIANTS}
+    for _ in range(repeats):
+        for name in CPU_VARIANTS:
+            out = subprocess.run([sys.executable, __file__, "--cpu-variant", name, "--cpu-steps", str(steps)],
+                                 capture_output=True, text=True, check=True).stdout
+            runs[name].append(json.loads(out.splitlines()[-1]))
+            print(f"Trainer, tiny preset, {name}: {runs[name][-1]['trainer_tokens_per_s']:,.0f} tokens/s, "
+                  f"peak memory {runs[name][-1]['peak_rss_gib']:.2f} GiB", flush=True)
+    rates = {name: spread([r["trainer_tokens_per_s"] for r in rs]) for name, rs in runs.items()}
+    return [{"variant": name, "precision": rs[0]["precision"], "tokens": rs[0]["tokens"],
+             "trainer_tokens_per_s": rates[name], "peak_rss_gib": max(r["peak_rss_gib"] for r in rs),
+             "speed_of_neither": rates[name]["median"] / rates["neither"]["median"]}
+            for name, rs in runs.items()]
 
 
 def main():
@@ -245,6 +250,7 @@ def main():
     parser.add_argument("--trainer-tokens", type=int, default=1500,
                         help="max_tokens of the end-to-end Trainer measurement (default 1500)")
     parser.add_argument("--cpu-steps", type=int, default=20, help="steps of each CPU-settings measurement")
+    parser.add_argument("--cpu-repeats", type=int, default=3, help="runs of each CPU setting, in turn")
     parser.add_argument("--cpu-variant", choices=CPU_VARIANTS, help=argparse.SUPPRESS)  # one of measurement 3
     parser.add_argument("--json", help="write the results to this file")
     args = parser.parse_args()
@@ -313,7 +319,7 @@ def main():
               f"batches in memory {r['bare_tokens_per_s']:,.0f} tokens/s; the Trainer keeps {r['trainer_share_of_bare']:.1%}")
         r["hours_for_100k_steps"] = 100_000 * r["tokens"] / r["steps"] / r["trainer_tokens_per_s"] / 3600
         print(f"  100,000 steps of {r['tokens'] / r['steps']:,.0f} target tokens at this rate: {r['hours_for_100k_steps']:.1f} h")
-    settings = cpu_settings(args.cpu_steps) if device.type == "cpu" else []
+    settings = cpu_settings(args.cpu_steps, args.cpu_repeats) if device.type == "cpu" else []
     for r in settings:
         print(f"  {r['variant']}: {r['speed_of_neither']:.2f}x the speed without either setting")
     if args.json:

@@ -45,8 +45,8 @@ TINY = TransformerConfig(d_model=32, n_heads=4, d_ff=64, n_layers=2, dropout=0.1
 
 
 
-@pytest.mark.parametrize("rows", [1, 4, 1000])
-def test_output_loss_equals_cross_entropy_on_the_logits(rows):
+@pytest.mark.parametrize("rows, blocks", [(1, 1), (4, 1), (2, 2), (4, 3), (5, 2), (1000, 8)])
+def test_output_loss_equals_cross_entropy_on_the_logits(rows, blocks):
     """Oracle: torch's F.cross_entropy with label_smoothing on the full logits."""
     torch.manual_seed(0)
     hidden = torch.randn(3, 5, 8, dtype=torch.float64, requires_grad=True)
@@ -57,7 +57,7 @@ def test_output_loss_equals_cross_entropy_on_the_logits(rows):
     expected = torch.nn.functional.cross_entropy(
         (hidden @ weight.T).flatten(0, 1), target.flatten(), ignore_index=0, label_smoothing=0.2,
         reduction="sum")
-    got = output_loss(hidden, weight, target, 0.2, rows=rows)
+    got = output_loss(hidden, weight, target, 0.2, rows=rows, blocks=blocks)
     assert torch.allclose(got.double(), expected, rtol=1e-6)
     scale = 0.37  # the backward pass scales the gradients kept by the forward pass
     want = torch.autograd.grad(expected * scale, (hidden, weight))

@@ -171,7 +171,8 @@ def cpu_speed() -> str:
         f"preset on Multi30k: in fp32 {rate['fp32']:,.0f} target tokens/s, {rate['fp32'] / peer:.2f}x "
         f"`torch.nn.Transformer`'s step on the same batches with the same math; in its fastest setting "
         f"({best}) {rate[best]:,.0f}, {rate[best] / peer:.2f}x that fp32 peer. Its loss computed without "
-        f"the logits runs at {fused:.2f}x the loss on the logits, on the same batches (`{name}`; the medians of three repeats). "
+        f"the logits runs at {fused:.2f}x the loss on the logits, on the same batches (`{name}`; the medians of "
+        f"{record['args']['repeats']} repeats). "
         + plain_command_speed() + "\n"
     )
 
@@ -184,7 +185,7 @@ def plain_command_speed() -> str:
     return (
         f"The plain `python -m transformer train` on Multi30k trains {now:,.0f} target tokens/s, {now / then:.2f}x "
         f"the {then:,.0f} of commit {record['baseline_commit'][:7]} run in turn with it, each counting its own tokenizer's tokens (`{name}`, commit "
-        f"{record['git']['commit'][:7]}; the medians of three runs)."
+        f"{record['git']['commit'][:7]}; the medians of {record['args']['repeats']} runs a side)."
     )
 
 

@@ -314,8 +314,10 @@ class Dropout(nn.Dropout):
         draws = torch.empty(-(-n // 4), dtype=torch.int64, device=x.device)
         draws.random_(-(2**63), 2**63 - 1)
         bits = draws.view(torch.int16)[:n].view(x.shape)  # uniform on [-2**15, 2**15)
-        keep = bits >= dropped - 2**15
-        return x * keep.to(x.dtype).mul_(2**16 / (2**16 - dropped))
+        # 1 where kept, 0 where dropped: written in x's dtype at once (converting a
+        # boolean mask afterwards costs more than the comparison)
+        keep = torch.ge(bits, dropped - 2**15, out=torch.empty_like(x))
+        return x * keep.mul_(2**16 / (2**16 - dropped))
 
 
 class SublayerConnection(nn.Module):

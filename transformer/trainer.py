@@ -602,29 +602,35 @@ def restore_training_state(trainer: Trainer, state: dict) -> None:
 
 class _OutputLoss(torch.autograd.Function):
     """Summed label-smoothed loss of hidden @ weight.T, its gradients computed in the
-    forward pass, `rows` rows of logits at a time."""
+    forward pass, `rows` rows of logits at a time; the weight's gradient from `blocks`
+    such blocks at a time."""
 
     @staticmethod
-    def forward(ctx, hidden, weight, target, epsilon, rows, dtype):
-        k = weight.size(0)
+    def forward(ctx, hidden, weight, target, epsilon, rows, blocks, dtype):
+        (k, n), span = (weight.size(0), hidden.size(0)), rows * blocks
         w, h_all = weight.to(dtype), hidden.to(dtype)
         grad_hidden = torch.empty(hidden.shape, dtype=dtype, device=hidden.device)
         grad_weight = torch.zeros_like(weight, dtype=torch.float32)
+        grads = torch.empty(min(n, span), k, dtype=dtype, device=hidden.device)
         # a row's loss: lse - (1 - eps) z_y - eps / k sum_j z_j, as log p_j = z_j - lse;
         # sum_j z_j = h . sum_j w_j, one product for all rows
         loss = -epsilon / k * (hidden.float() @ weight.float().sum(0)).sum()
-        for start in range(0, hidden.size(0), rows):
-            h, y = h_all[start : start + rows], target[start : start + rows, None]
-            z = (h @ w.T).float()
-            p = z.softmax(-1)
-            # lse from the largest logit, whose probability (>= 1 / k) cannot underflow
-            lse = z.amax(-1) - p.amax(-1).log()
-            loss += lse.sum() - (1 - epsilon) * z.gather(1, y).sum()
-            # p - q: q's smoothed mass eps / k everywhere, then its one-hot part at y
-            p.scatter_add_(1, y, torch.full_like(y, epsilon - 1, dtype=p.dtype))
-            grad = p.sub_(epsilon / k).to(dtype)
-            torch.mm(grad, w, out=grad_hidden[start : start + rows])
-            grad_weight += grad.T @ h
+        for first in range(0, n, span):
+            last = min(n, first + span)
+            for start in range(first, last, rows):
+                stop = start + rows
+                h, y = h_all[start:stop], target[start:stop, None]
+                z = (h @ w.T).float()
+                p = z.softmax(-1)
+                # lse from the largest logit, whose p (>= 1 / k) cannot underflow
+                lse = z.amax(-1) - p.amax(-1).log()
+                loss += lse.sum() - (1 - epsilon) * z.gather(1, y).sum()
+                # p - q: q's smoothed mass eps / k everywhere, its one-hot part at y
+                p.scatter_add_(1, y, torch.full_like(y, epsilon - 1, dtype=p.dtype))
+                grad = grads[start - first : start - first + len(y)]
+                grad.copy_(p.sub_(epsilon / k))
+                torch.mm(grad, w, out=grad_hidden[start:stop])
+            grad_weight += grads[: last - first].T @ h_all[first:last]
         ctx.save_for_backward(grad_hidden, grad_weight)
         ctx.dtypes = hidden.dtype, weight.dtype
         return loss
@@ -636,18 +642,19 @@ class _OutputLoss(torch.autograd.Function):
         return (
             (grad_hidden * grad_loss).to(hidden_dtype),
             (grad_weight * grad_loss).to(weight_dtype),
-            None, None, None, None,
+            None, None, None, None, None,
         )
 
 
 def output_loss(
     hidden: Tensor, weight: Tensor, target: Tensor, epsilon: float, pad_id: int = PAD,
-    rows: int = 256,
+    rows: int = 128, blocks: int = 16,
 ) -> Tensor:
     """label_smoothed_loss(hidden @ weight.T, target, epsilon) without the logits:
     hidden (batch, m, d_model) from Transformer(..., project=False), weight (K,
-    d_model) the output projection's, target (batch, m). Under autocast the products
-    run in its dtype, as nn.Linear's would."""
+    d_model) the output projection's, target (batch, m); logits `rows` rows at a time,
+    the weight's gradient from `blocks` blocks of their gradients at a time. Under
+    autocast the products run in its dtype, as nn.Linear's would."""
     device = hidden.device.type
     dtype = (
         torch.get_autocast_dtype(device)
@@ -657,7 +664,7 @@ def output_loss(
     with torch.autocast(device, enabled=False):
         return _OutputLoss.apply(
             hidden.flatten(0, 1)[keep], weight, target.flatten()[keep], epsilon,
-            rows, dtype,
+            rows, blocks, dtype,
         )
 
 
