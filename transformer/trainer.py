@@ -607,7 +607,7 @@ class _OutputLoss(torch.autograd.Function):
 
     @staticmethod
     def forward(ctx, hidden, weight, target, epsilon, rows, blocks, dtype):
-        (k, n), span = (weight.size(0), hidden.size(0)), rows * blocks
+        k, n, span = weight.size(0), hidden.size(0), rows * blocks
         w, h_all = weight.to(dtype), hidden.to(dtype)
         grad_hidden = torch.empty(hidden.shape, dtype=dtype, device=hidden.device)
         grad_weight = torch.zeros_like(weight, dtype=torch.float32)
