@@ -660,11 +660,13 @@ def output_loss(
         torch.get_autocast_dtype(device)
         if torch.is_autocast_enabled(device) else hidden.dtype
     )
-    keep = target.flatten() != pad_id
+    # the rows of real tokens, by index: index_select's backward copies their gradients
+    # back in parallel, where a boolean index's adds them one number at a time
+    keep = (target.flatten() != pad_id).nonzero().squeeze(1)
     with torch.autocast(device, enabled=False):
         return _OutputLoss.apply(
-            hidden.flatten(0, 1)[keep], weight, target.flatten()[keep], epsilon,
-            rows, blocks, dtype,
+            hidden.flatten(0, 1).index_select(0, keep), weight, target.flatten()[keep],
+            epsilon, rows, blocks, dtype,
         )
 
 
