@@ -2,6 +2,7 @@
 
 import io
 import json
+import shutil
 import subprocess
 import sys
 
@@ -96,12 +97,14 @@ def _train_args(corpus, out, *more):
 
 
 def test_a_used_out_folder_is_refused_unless_resumed_or_overwritten(run_folder, tiny_corpus):
+    # as if the old run had averaged its checkpoints: its final model is its file too
+    shutil.copy(run_folder / "checkpoint-00000003.pt", run_folder / "checkpoint_average.pt")
     before = {p.name: p.stat().st_mtime_ns for p in run_folder.iterdir()}
-    with pytest.raises(SystemExit, match=r"holds another run's files \(checkpoint-00000003.pt, metrics.jsonl"):
+    with pytest.raises(SystemExit, match=r"holds another run's files \(checkpoint_average.pt, metrics.jsonl, 5 in all"):
         main(_train_args(tiny_corpus, run_folder))
     assert {p.name: p.stat().st_mtime_ns for p in run_folder.iterdir()} == before, "nothing touched"
     assert main(_train_args(tiny_corpus, run_folder, "--overwrite")) == 0
-    assert sorted(p.name for p in run_folder.glob("checkpoint-*")) == ["checkpoint-00000001.pt"]
+    assert sorted(p.name for p in run_folder.glob("checkpoint*")) == ["checkpoint-00000001.pt"]
     steps = [json.loads(line)["step"] for line in (run_folder / "metrics.jsonl").read_text().splitlines()]
     assert max(steps) == 1, "the old run's records were removed, not mixed with the new run's"
 
@@ -197,6 +200,33 @@ def test_evaluate_prints_bleu_with_its_signature_and_appends_json(run_folder, ti
     assert len((tmp_path / "hyp.de").read_text().splitlines()) == 8
     with pytest.raises(SystemExit, match="no split 'dev'"):
         main(["evaluate", "--checkpoint", str(run_folder), "--data", str(tiny_corpus), "--split", "dev"])
+
+
+def test_evaluate_scores_the_corpus_and_pair_the_model_was_trained_on(tiny_corpus, tmp_path, monkeypatch, capsys):
+    monkeypatch.chdir(tmp_path)  # the corpus named by a relative path, as a user types it
+    out = tmp_path / "de-en"
+    assert main(["train", "--data", "corpus", "--src", "de", "--tgt", "en", "--max-steps", "3", "--max-tokens", "200",
+                 "--vocab-size", "60", "--precision", "fp32", "--out", str(out)]) == 0
+    capsys.readouterr()
+    (tmp_path / "input.de").write_text("einundzwanzig\n")
+    assert main(["translate", "--checkpoint", str(out), "--input", "input.de", "--output", "output.en"]) == 0
+    assert f"translating with {out / 'checkpoint_average.pt'}" in capsys.readouterr().err
+    scores = tmp_path / "scores.jsonl"
+    assert main(["evaluate", "--checkpoint", str(out), "--split", "val", "--beam", "1", "--json", str(scores),
+                 "--output", "hyp.en"]) == 0  # no --data, --src, --tgt: the average's run's
+    record = json.loads(scores.read_text())
+    assert (record["data"], record["pair"], record["sentences"]) == ("corpus", "de-en", 8)
+    hypotheses = (tmp_path / "hyp.en").read_text().splitlines()
+    english, german = ((tiny_corpus / f"val.{lang}").read_text().splitlines() for lang in ("en", "de"))
+    assert record["chrf"] == sacrebleu.corpus_chrf(hypotheses, [english]).score
+    assert record["chrf"] != sacrebleu.corpus_chrf(hypotheses, [german]).score, "scored against English"
+    for checkpoint in out.glob("checkpoint-*.pt"):  # deleted to save space: the average stands
+        checkpoint.unlink()
+    assert main(["translate", "--checkpoint", str(out), "--input", "input.de", "--output", "output.en"]) == 0
+    assert f"translating with {out / 'checkpoint_average.pt'}" in capsys.readouterr().err
+    monkeypatch.chdir(out)  # where "corpus" is not
+    with pytest.raises(SystemExit, match="was trained on corpus, which is not found from here; give --data"):
+        main(["evaluate", "--checkpoint", str(out)])
 
 
 def test_train_ends_with_the_average_of_its_last_checkpoints(run_folder):

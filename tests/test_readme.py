@@ -32,12 +32,16 @@ def _fenced(language: str) -> list[str]:
     return re.findall(rf"```{language}\n(.*?)```", (ROOT / "README.md").read_text(), re.S)
 
 
+def _environment(tmp_path: Path) -> dict:
+    return {**os.environ, "TRANSFORMER_CACHE": str(tmp_path / "cache"),
+            "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}"}
+
+
 @pytest.mark.slow
 def test_the_readme_examples_run_as_pasted(tmp_path, monkeypatch):
     """The command-line example (trained for 30 steps instead of 1,000), then the Python one."""
-    (commands,) = [block for block in _fenced("console") if "python -m transformer train" in block]
-    env = {**os.environ, "TRANSFORMER_CACHE": str(tmp_path / "cache"),
-           "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}"}
+    (commands,) = [block for block in _fenced("console") if "train --data numbers" in block]
+    env = _environment(tmp_path)
     lines = commands.strip().splitlines()
     assert len(lines) == 3 and "--max-steps 1000" in lines[0]
     for line in lines:
@@ -49,3 +53,30 @@ def test_the_readme_examples_run_as_pasted(tmp_path, monkeypatch):
     assert len(python.strip().splitlines()) <= 10
     monkeypatch.chdir(tmp_path)
     exec(compile(python, "README.md", "exec"), {})
+
+
+@pytest.mark.slow
+def test_the_readme_real_text_example_runs_as_pasted(tmp_path):
+    """The real-text example on a small folder laid out as Multi30k's (number words), a few
+    steps instead of minutes: train, evaluate the run folder, resume it."""
+    from num2words import num2words
+
+    (commands,) = [block for block in _fenced("console") if "--data multi30k" in block]
+    corpus = tmp_path / "multi30k"
+    corpus.mkdir()
+    for split, numbers in {"train": range(1, 65), "val": range(1, 9), "test_2016_flickr": range(65, 73)}.items():
+        for lang in ("en", "de"):
+            lines = [num2words(n, lang=lang) for n in numbers]
+            (corpus / f"{split}.{lang}").write_text("\n".join(lines) + "\n")
+    lines = commands.strip().splitlines()
+    assert len(lines) == 3 and "--max-minutes 60" in lines[0] and "--max-minutes 30" in lines[2]
+    outputs = []
+    for line in lines:
+        line = line.replace("--max-minutes 60", "--max-steps 3").replace("--max-minutes 30", "--max-steps 5")
+        result = subprocess.run(line, shell=True, cwd=tmp_path, env=_environment(tmp_path), capture_output=True,
+                                text=True)
+        assert result.returncode == 0, (line, result.stderr[-2000:])
+        outputs.append(result.stdout)
+    assert ", test, beam 4: BLEU" in outputs[1] and "case:lc" in outputs[1], outputs[1]
+    run = tmp_path / "runs" / "m30k"
+    assert (run / "checkpoint-00000005.pt").is_file() and (run / "checkpoint_average.pt").is_file()

@@ -55,7 +55,8 @@ def setup_times() -> str:
         f"`make test` {_minutes(runs['make test']['seconds'])}, `make book` "
         f"{_minutes(runs['make book']['seconds'])} (it reuses the models that `make test` "
         f"trained) and `make train` {_minutes(runs['make train']['seconds'])}. "
-        f"The final model of `make train` translates {exact[0]} of the test numbers exactly"
+        f"The final model of `make train` translates {exact[0]} of the test numbers "
+        "exactly (greedy decoding)"
         + (f"; with seeds 1 and 2, {' and '.join(exact[1:])}" if exact[1:] else "")
         + f" ({_provenance(record, 'fresh_clone.json')}).\n"
     )

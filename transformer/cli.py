@@ -168,19 +168,22 @@ def _add_train(commands: argparse._SubParsersAction) -> None:
     _add_run_options(train.add_argument_group("run"))
 
 
-def _add_data_options(group: argparse._ArgumentGroup) -> None:
+def _add_data_options(group: argparse._ArgumentGroup, trained: bool = False) -> None:
+    """--data, --src, --tgt; trained: each defaults to the checkpoint's training run's
+    (evaluate), else to numbers, en and de."""
+    run = "the training run's, else " if trained else ""
     group.add_argument(
         "--data",
-        help="'numbers' (the embedded corpus, default), a folder of parallel files, "
-        "or hub:NAME[:CONFIG]",
+        help="'numbers' (the embedded corpus), a folder of parallel files, or "
+        f"hub:NAME[:CONFIG] (default: {run}numbers)",
     )
     group.add_argument(
         "--src",
         dest="src_lang",
-        help="source language suffix of the files (default: en)",
+        help=f"source language suffix of the files (default: {run}en)",
     )
     group.add_argument(
-        "--tgt", dest="tgt_lang", help="target language suffix (default: de)"
+        "--tgt", dest="tgt_lang", help=f"target language suffix (default: {run}de)"
     )
 
 
@@ -450,7 +453,7 @@ def _add_use(commands: argparse._SubParsersAction) -> None:
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     _add_decoding_options(evaluate)
-    _add_data_options(evaluate)
+    _add_data_options(evaluate, trained=True)
     evaluate.add_argument(
         "--split", default="test", help="test (default), val or train"
     )
@@ -516,14 +519,17 @@ def _lines(data: bytes, source: str) -> list[str]:
 def _translate(args: argparse.Namespace) -> int:
     path = _checkpoint(args.checkpoint)
     model, tokenizer = load_model(path, pick_device(args.device))
-    if lowercases(tokenizer):  # on stderr: standard output holds the translations
-        print(f"{path} was trained on lowercased text: the input is lowercased, and "
-              "so is the output", file=sys.stderr)
     if args.input:
         with open(args.input, "rb") as file:
             sentences = _lines(file.read(), args.input)
     else:
         sentences = _lines(sys.stdin.buffer.read(), "standard input")
+    # notes on stderr (standard output holds the translations), once the input is read
+    if Path(args.checkpoint).is_dir():  # which of the folder's models
+        print(f"translating with {path}", file=sys.stderr)
+    if lowercases(tokenizer):
+        print(f"{path} was trained on lowercased text: the input is lowercased, and "
+              "so is the output", file=sys.stderr)
     # a bar only for a file, on a terminal (disable=None: off when stderr is not a TTY)
     with tqdm(
         total=len(sentences), unit="sentence", disable=None if args.input else True
@@ -538,12 +544,27 @@ def _translate(args: argparse.Namespace) -> int:
     return 0
 
 
+def _trained_corpus(args: argparse.Namespace, path: Path) -> tuple[str, str, str]:
+    """--data, --src and --tgt, each by default that of the run that trained the
+    checkpoint (an average keeps its run's): a model is scored on its own language
+    pair unless told otherwise."""
+    trained = load_checkpoint(path).get("training_config") or {}
+    data = args.data or trained.get("data", "numbers")
+    local = data != "numbers" and not data.startswith("hub:")
+    if not args.data and local and not Path(data).exists():
+        raise SystemExit(
+            f"error: {path} was trained on {data}, which is not found from here; "
+            "give --data"
+        )
+    src_lang = args.src_lang or trained.get("src_lang", "en")
+    return data, src_lang, args.tgt_lang or trained.get("tgt_lang", "de")
+
+
 def _evaluate(args: argparse.Namespace) -> int:
     path = _checkpoint(args.checkpoint)
+    data, src_lang, tgt_lang = _trained_corpus(args, path)
     model, tokenizer = load_model(path, pick_device(args.device))
-    corpus = load_corpus(
-        args.data or "numbers", args.src_lang or "en", args.tgt_lang or "de"
-    )
+    corpus = load_corpus(data, src_lang, tgt_lang)
     if args.split not in corpus.splits:
         raise SystemExit(
             f"error: the corpus has no split {args.split!r}; "
@@ -559,14 +580,15 @@ def _evaluate(args: argparse.Namespace) -> int:
             args.alpha,
             args.batch_size,
             bar.update,
-            tgt_lang=args.tgt_lang or "de",
+            tgt_lang=tgt_lang,
         )
     if args.output:
         _write_atomically(args.output, hypotheses)
     if args.json:
         record = {
             "checkpoint": str(path),
-            "data": args.data or "numbers",
+            "data": data,
+            "pair": f"{src_lang}-{tgt_lang}",
             "split": args.split,
             "beam": args.beam,
             "alpha": args.alpha,

@@ -100,8 +100,9 @@ def average_checkpoints(paths: Sequence[str | Path]) -> dict:
         raise ValueError("average_checkpoints needs at least one checkpoint")
     first = load_checkpoint(paths[0])
     total = {name: w.double() for name, w in first["model"].items()}
+    last = first
     for path in paths[1:]:
-        state = load_checkpoint(path)
+        state = last = load_checkpoint(path)
         if (state["model_config"], state["tokenizer"]) != (
             first["model_config"],
             first["tokenizer"],
@@ -119,7 +120,9 @@ def average_checkpoints(paths: Sequence[str | Path]) -> dict:
             name: (w / len(paths)).to(first["model"][name].dtype)
             for name, w in total.items()
         },
-        "step": state["step"] if len(paths) > 1 else first["step"],
+        "step": last["step"],
+        # the run's settings, as its last checkpoint has them (evaluate reads its data)
+        "training_config": last.get("training_config"),
         "averaged_from": [str(p) for p in paths],
     }
 
@@ -149,12 +152,14 @@ def write_final_model(folder: str | Path, n: int = 5) -> tuple[Path, str]:
 
 
 def final_model(folder: str | Path) -> Path:
-    """The model a run folder stands for: its average, if no checkpoint is newer."""
-    newest = last_checkpoints(folder, 1)[0]
+    """The model a run folder stands for: its average, if no checkpoint is newer (or
+    none is left: deleted to save space)."""
     average = Path(folder) / AVERAGE
-    if average.is_file() and average.stat().st_mtime >= newest.stat().st_mtime:
+    newest = sorted(Path(folder).glob("checkpoint-*.pt"))[-1:]  # none or one
+    if average.is_file() and all(average.stat().st_mtime >= p.stat().st_mtime
+                                 for p in newest):
         return average
-    return newest
+    return last_checkpoints(folder, 1)[0]  # raises, naming the folder, if it has none
 
 
 @dataclass

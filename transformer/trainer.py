@@ -141,7 +141,9 @@ def check_output_folder(
     existing = next(p for p in [out, *out.parents] if p.exists())  # made later if new
     if not existing.is_dir() or not os.access(existing, os.W_OK | os.X_OK):
         raise PermissionError(f"the output folder {out} cannot be written ({existing})")
-    found = sorted(out.glob("checkpoint-*.pt*")) + sorted(out.glob("metrics.jsonl"))
+    # checkpoint-STEP.pt (and a .tmp left by a crash), the final model
+    # checkpoint_average.pt, the metrics
+    found = sorted(out.glob("checkpoint[-_]*.pt*")) + sorted(out.glob("metrics.jsonl"))
     if found and not own and not overwrite:
         raise FileExistsError(
             f"{out} holds another run's files "
