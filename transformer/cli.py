@@ -548,7 +548,7 @@ def _trained_corpus(args: argparse.Namespace, path: Path) -> tuple[str, str, str
     """--data, --src and --tgt, each by default that of the run that trained the
     checkpoint (an average keeps its run's): a model is scored on its own language
     pair unless told otherwise."""
-    trained = load_checkpoint(path).get("training_config") or {}
+    trained = load_checkpoint(path, mmap=True).get("training_config") or {}
     data = args.data or trained.get("data", "numbers")
     local = data != "numbers" and not data.startswith("hub:")
     if not args.data and local and not Path(data).exists():

@@ -74,13 +74,19 @@ def save_checkpoint(state: dict, path: str | Path) -> Path:
     return path
 
 
-def load_checkpoint(path: str | Path, map_location: str | torch.device = "cpu") -> dict:
-    """Read a checkpoint written by save_checkpoint, unpickling no arbitrary objects."""
+def load_checkpoint(
+    path: str | Path, map_location: str | torch.device = "cpu", mmap: bool = False
+) -> dict:
+    """Read a checkpoint written by save_checkpoint, unpickling no arbitrary objects.
+    mmap: map its tensors from the file instead of reading them (cheap when only its
+    settings are wanted)."""
     path = Path(path)
     if not path.is_file():
         raise FileNotFoundError(f"checkpoint {path} does not exist")
     try:
-        state = torch.load(path, map_location=map_location, weights_only=True)
+        state = torch.load(
+            path, map_location=map_location, weights_only=True, mmap=mmap
+        )
     except Exception as error:  # a truncated zip, a foreign pickle, ...: all unreadable
         raise ValueError(
             f"{path} is not a readable checkpoint (truncated or corrupt?): {error}"
