@@ -17,7 +17,7 @@ from tokenizers import Tokenizer
 from transformer.data import lowercases
 from transformer.decoding import translate
 from transformer.model import Transformer
-from transformer.trainer import load_checkpoint, save_checkpoint
+from transformer.trainer import load_checkpoint, newest_checkpoints, save_checkpoint
 
 
 def _check_pairs(hypotheses: Sequence[str], references: Sequence[str]) -> None:
@@ -155,7 +155,7 @@ def final_model(folder: str | Path) -> Path:
     """The model a run folder stands for: its average, if no checkpoint is newer (or
     none is left: deleted to save space)."""
     average = Path(folder) / AVERAGE
-    newest = sorted(Path(folder).glob("checkpoint-*.pt"))[-1:]  # none or one
+    newest = newest_checkpoints(folder, 1)  # none or one
     if average.is_file() and all(average.stat().st_mtime >= p.stat().st_mtime
                                  for p in newest):
         return average
