@@ -26,8 +26,9 @@ Each preset and corpus is measured once for each of --batching: "padded" (batche
 the default), "packed" (train --pack-length, rows of the longest pair's length rounded up to a
 multiple of 64, at least 128; on a GPU the Trainer then searches the block sizes of
 Inductor's kernels and replays the compiled step as CUDA graphs), "packed, no CUDA graphs",
-"packed, no kernel tuning" (each undoes one of the two) and "packed, max-autotune" (matrix
-products benchmarked too; trainer_step_gpu_base_tuning.json measured the tuning at a commit
+"packed, no kernel tuning" (each undoes one of the two), "packed, fp32 residual stream" (the
+stream between layers kept in fp32 under autocast, as before the model's LayerNorm returned
+its input's dtype) and "packed, max-autotune" (matrix products benchmarked too; trainer_step_gpu_base_tuning.json measured the tuning at a commit
 whose Trainer did not tune, as "packed" and "packed, coordinate descent"). Peak memory is
 torch's allocator's: the memory pool of CUDA graphs is not in it. --precisions measures each
 setting in each precision named (default: auto, as train picks it). --ablation then measures the
@@ -138,6 +139,13 @@ def adam_not_fused(trainer: Trainer) -> None:
         trainer.optimizer, lambda done: learning_rate(done + 1, d_model, warmup))
 
 
+def fp32_stream(trainer: Trainer) -> None:
+    """The residual stream in fp32 under autocast: the encoder and decoder entered in fp32,
+    so their LayerNorms (which return their input's dtype) keep it there."""
+    for stack in (trainer.model.encoder, trainer.model.decoder):
+        stack.register_forward_pre_hook(lambda module, args: (args[0].float(), *args[1:]))
+
+
 def compiled(**how):
     """A change that compiles the Trainer's step with torch.compile(**how) instead."""
     def change(trainer: Trainer) -> None:
@@ -188,6 +196,7 @@ BATCHING = {  # name: (TrainingConfig changes, change to the built Trainer)
     # benchmarked against cuBLAS too
     "packed, no CUDA graphs": (PACKED, compiled(options={"coordinate_descent_tuning": True})),
     "packed, no kernel tuning": (PACKED, compiled(mode="reduce-overhead")),
+    "packed, fp32 residual stream": (PACKED, fp32_stream),
     "packed, max-autotune": (PACKED, compiled(mode="max-autotune")),
 }
 VARIANTS = {  # name: (TrainingConfig changes, change to the built Trainer)

@@ -320,6 +320,22 @@ class Dropout(nn.Dropout):
         return x * keep.mul_(2**16 / (2**16 - dropped))
 
 
+class LayerNorm(nn.LayerNorm):
+    """nn.LayerNorm that returns its input's dtype (under autocast nn.LayerNorm
+    computes in fp32 and returns fp32)."""
+
+    def forward(self, x: Tensor) -> Tensor:
+        return super().forward(x).to(x.dtype)
+
+
+def to_autocast_dtype(x: Tensor) -> Tensor:
+    """x in autocast's dtype where autocast is on for x's device; x otherwise."""
+    device = x.device.type
+    if torch.is_autocast_enabled(device):
+        return x.to(torch.get_autocast_dtype(device))
+    return x
+
+
 class SublayerConnection(nn.Module):
     """A residual connection around a sub-layer, with dropout and layer normalization.
 
@@ -332,7 +348,7 @@ class SublayerConnection(nn.Module):
         self, d_model: int, dropout: float, norm_first: bool = False, eps: float = 1e-6
     ):
         super().__init__()
-        self.norm = nn.LayerNorm(d_model, eps=eps)
+        self.norm = LayerNorm(d_model, eps=eps)
         self.dropout = Dropout(dropout)
         self.norm_first = norm_first
 
@@ -386,7 +402,7 @@ class Encoder(nn.Module):
             [EncoderLayer(config) for _ in range(config.n_layers)]
         )
         self.norm = (
-            nn.LayerNorm(config.d_model, eps=config.layer_norm_eps)
+            LayerNorm(config.d_model, eps=config.layer_norm_eps)
             if config.norm_first
             else nn.Identity()
         )
@@ -452,7 +468,7 @@ class Decoder(nn.Module):
             [DecoderLayer(config) for _ in range(config.n_layers)]
         )
         self.norm = (
-            nn.LayerNorm(config.d_model, eps=config.layer_norm_eps)
+            LayerNorm(config.d_model, eps=config.layer_norm_eps)
             if config.norm_first
             else nn.Identity()
         )
@@ -539,7 +555,7 @@ class Transformer(nn.Module):
         """
         self._check_ids(src, "src", check_ids)
         x = self.dropout(self.src_positions(self.src_embed(src, check_ids=False)))
-        return self.encoder(x, padding_mask(src, self.config.pad_id))
+        return self.encoder(to_autocast_dtype(x), padding_mask(src, self.config.pad_id))
 
     def decode(
         self,
@@ -571,7 +587,7 @@ class Transformer(nn.Module):
         start = 0 if cache is None else cache[0][0].steps
         x = self.tgt_embed(tgt, check_ids=False)
         x = self.dropout(self.tgt_positions(x, start=start))
-        y = self.decoder(x, memory, memory_mask, cache)
+        y = self.decoder(to_autocast_dtype(x), memory, memory_mask, cache)
         return self.output(y) if project else y
 
     def forward(
@@ -613,12 +629,13 @@ class Transformer(nn.Module):
                 )
         x = self.src_embed(src, check_ids=False)
         x = self.src_positions(x, positions=segment_positions(src_segments))
-        memory = self.encoder(self.dropout(x), segment_mask(src_segments, src_segments))
+        x = to_autocast_dtype(self.dropout(x))
+        memory = self.encoder(x, segment_mask(src_segments, src_segments))
         y = self.tgt_embed(tgt, check_ids=False)
         y = self.tgt_positions(y, positions=segment_positions(tgt_segments))
         cross = segment_mask(tgt_segments, src_segments)
         own = segment_mask(tgt_segments, tgt_segments)
-        y = self.decoder(self.dropout(y), memory, cross, self_mask=own)
+        y = self.decoder(to_autocast_dtype(self.dropout(y)), memory, cross, self_mask=own)
         return self.output(y) if project else y
 
 
@@ -626,6 +643,8 @@ __all__ = [
     'draw_architecture',
     'TransformerConfig',
     'Dropout',
+    'LayerNorm',
+    'to_autocast_dtype',
     'SublayerConnection',
     'EncoderLayer',
     'Encoder',
