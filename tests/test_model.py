@@ -7,7 +7,7 @@ import torch
 
 from transformer import Transformer, TransformerConfig
 from transformer.attention import causal_mask, padding_mask
-from transformer.model import DecoderLayer, Dropout, EncoderLayer
+from transformer.model import DecoderLayer, Dropout, EncoderLayer, LayerNorm
 
 SMALL = dict(src_vocab_size=60, tgt_vocab_size=60, d_model=32, n_heads=4, d_ff=64, n_layers=2, dropout=0.0)
 
@@ -226,6 +226,38 @@ def test_dropout_on_a_cpu_is_dropout():
     assert Dropout(p)(x.bfloat16()).dtype == torch.bfloat16
     for extreme in (1e-6, 1 - 1e-6):  # p rounds to 0 or 1 in 16 bits: nn.Dropout's, finite
         assert torch.isfinite(Dropout(extreme).train()(x)).all()
+
+
+def test_layer_norm_computes_in_fp32_under_autocast_and_returns_its_inputs_dtype():
+    norm = LayerNorm(32)
+    torch.nn.init.normal_(norm.weight)
+    torch.nn.init.normal_(norm.bias)
+    x = torch.randn(4, 7, 32).bfloat16()
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        y = norm(x)
+    expected = torch.nn.functional.layer_norm(x.float(), (32,), norm.weight, norm.bias, 1e-5)
+    assert y.dtype == torch.bfloat16 and torch.equal(y, expected.bfloat16())
+    assert norm(x.float()).dtype == torch.float32
+
+
+@pytest.mark.parametrize("norm_first", [False, True])
+def test_under_autocast_the_residual_stream_is_kept_in_its_dtype(norm_first):
+    """Every layer's output, the encoder's memory and the decoder's output are bf16 under
+    autocast (fp32 without), and the logits stay within bf16's rounding of fp32's."""
+    model = Transformer(TransformerConfig(**SMALL, norm_first=norm_first)).eval()
+    src, tgt = torch.randint(1, 60, (3, 9)), torch.randint(1, 60, (3, 6))
+    stacks = [model.encoder, model.decoder, *model.encoder.layers, *model.decoder.layers]
+    dtypes = []
+    for module in stacks:
+        module.register_forward_hook(lambda module, args, out: dtypes.append(out.dtype))
+    with torch.no_grad():
+        reference = model(src, tgt)
+        assert set(dtypes) == {torch.float32}
+        dtypes.clear()
+        with torch.autocast("cpu", dtype=torch.bfloat16):
+            logits = model(src, tgt)
+    assert dtypes == [torch.bfloat16] * len(stacks), dtypes
+    torch.testing.assert_close(logits.float(), reference, atol=0.1, rtol=0.05)
 
 
 @pytest.mark.gpu
