@@ -7,6 +7,7 @@
 #   bash benchmarks/gpu.sh packing DATA               # padded batches, packed rows, packed without CUDA graphs
 #   bash benchmarks/gpu.sh tuning DATA                # packed rows with and without Inductor's kernel tuning
 #   bash benchmarks/gpu.sh ablation                   # the base step, one speed choice undone at a time
+#   bash benchmarks/gpu.sh stream DATA                # packed rows, the residual stream in bf16 and in fp32
 #   bash benchmarks/gpu.sh bare                       # the bare model step beside nn.Transformer
 #   bash benchmarks/gpu.sh attention                  # cuDNN's masked attention at lengths 64 mod 128
 #   bash benchmarks/gpu.sh profile                    # where a base step's time goes (Trainer, bare)
@@ -26,7 +27,7 @@
 # DATA is the Multi30k folder (default ../shared/data/multi30k); results go to
 # benchmarks/results, logs and runs to runs/gpu.
 set -euo pipefail
-stage=${1:?stage: tests, throughput, packing, tuning, ablation, bare, attention, profile, multi30k or decoding}
+stage=${1:?stage: tests, throughput, packing, tuning, stream, ablation, bare, attention, profile, multi30k or decoding}
 data=${2:-../shared/data/multi30k}
 logs=runs/gpu
 results=benchmarks/results
@@ -81,6 +82,17 @@ tuning)
         --vocab-size 8000 --warmup 20 --steps 15 --batching packed "packed, no kernel tuning" \
         --out "$results/trainer_step_gpu_big_tuned.json"
     ;;
+stream)
+    # the packed step as shipped (the residual stream in autocast's bf16) beside it with the
+    # stream kept in fp32, as before the model's LayerNorm returned its input's dtype, in one
+    # process (not yet measured)
+    python benchmarks/trainer_step.py --device cuda --presets base --corpora multi30k --data "$data" \
+        --vocab-size 8000 --warmup 20 --batching packed "packed, fp32 residual stream" \
+        --out "$results/trainer_step_gpu_base_stream.json"
+    python benchmarks/trainer_step.py --device cuda --presets big --corpora multi30k --data "$data" \
+        --vocab-size 8000 --warmup 20 --steps 15 --batching packed "packed, fp32 residual stream" \
+        --out "$results/trainer_step_gpu_big_stream.json"
+    ;;
 ablation)
     # the base step with one of the Trainer's speed choices undone at a time (not yet measured)
     python benchmarks/trainer_step.py --device cuda --presets base --ablation \
@@ -132,7 +144,7 @@ decoding)
         --device cuda --out "$results/decoding_gpu.json"
     ;;
 *)
-    echo "unknown stage $stage: expected tests, throughput, packing, tuning, ablation, bare, attention, profile, multi30k or decoding" >&2
+    echo "unknown stage $stage: expected tests, throughput, packing, tuning, stream, ablation, bare, attention, profile, multi30k or decoding" >&2
     exit 2
     ;;
 esac

@@ -28,7 +28,7 @@ multiple of 64, at least 128; on a GPU the Trainer then searches the block sizes
 Inductor's kernels and replays the compiled step as CUDA graphs), "packed, no CUDA graphs",
 "packed, no kernel tuning" (each undoes one of the two), "packed, fp32 residual stream" (the
 stream between layers kept in fp32 under autocast, as before the model's LayerNorm returned
-its input's dtype) and "packed, max-autotune" (matrix products benchmarked too; trainer_step_gpu_base_tuning.json measured the tuning at a commit
+its input's dtype, up to the bf16 rounding of the stacks' input) and "packed, max-autotune" (matrix products benchmarked too; trainer_step_gpu_base_tuning.json measured the tuning at a commit
 whose Trainer did not tune, as "packed" and "packed, coordinate descent"). Peak memory is
 torch's allocator's: the memory pool of CUDA graphs is not in it. --precisions measures each
 setting in each precision named (default: auto, as train picks it). --ablation then measures the
@@ -140,8 +140,9 @@ def adam_not_fused(trainer: Trainer) -> None:
 
 
 def fp32_stream(trainer: Trainer) -> None:
-    """The residual stream in fp32 under autocast: the encoder and decoder entered in fp32,
-    so their LayerNorms (which return their input's dtype) keep it there."""
+    """The residual stream in fp32 under autocast: the encoder and decoder entered in fp32
+    (the model's bf16 input cast back), so their LayerNorms, which return their input's
+    dtype, keep it there."""
     for stack in (trainer.model.encoder, trainer.model.decoder):
         stack.register_forward_pre_hook(lambda module, args: (args[0].float(), *args[1:]))
 

@@ -223,7 +223,14 @@ def test_dropout_on_a_cpu_is_dropout():
     assert torch.allclose(x.grad, kept.float() / (1 - p))
     assert not torch.equal(dropout(x), out), "a new mask every call"
     assert torch.equal(dropout.eval()(x), x)
-    assert Dropout(p)(x.bfloat16()).dtype == torch.bfloat16
+    low = x.detach().bfloat16()
+    out = Dropout(p).train()(low)
+    assert out.dtype == torch.bfloat16
+    kept = out != 0  # the survivors scaled by 1 / (1 - p) rounded to bf16, as nn.Dropout's
+    reference = torch.nn.functional.dropout(low, p)
+    scale = {name: (y[y != 0].float() / low[y != 0].float()).mean().item()
+             for name, y in (("ours", out), ("nn.Dropout", reference))}
+    assert abs(scale["ours"] - scale["nn.Dropout"]) < 1e-4 * scale["nn.Dropout"], scale
     for extreme in (1e-6, 1 - 1e-6):  # p rounds to 0 or 1 in 16 bits: nn.Dropout's, finite
         assert torch.isfinite(Dropout(extreme).train()(x)).all()
 
@@ -258,6 +265,12 @@ def test_under_autocast_the_residual_stream_is_kept_in_its_dtype(norm_first):
             logits = model(src, tgt)
     assert dtypes == [torch.bfloat16] * len(stacks), dtypes
     torch.testing.assert_close(logits.float(), reference, atol=0.1, rtol=0.05)
+    dtypes.clear()
+    segments = torch.ones_like(src), torch.ones_like(tgt)  # one sentence a row, packed
+    with torch.no_grad(), torch.autocast("cpu", dtype=torch.bfloat16):
+        packed = model(src, tgt, segments=segments)
+    assert dtypes == [torch.bfloat16] * len(stacks), dtypes
+    torch.testing.assert_close(packed.float(), reference, atol=0.1, rtol=0.05)
 
 
 @pytest.mark.gpu

@@ -315,7 +315,8 @@ class Dropout(nn.Dropout):
         draws.random_(-(2**63), 2**63 - 1)
         bits = draws.view(torch.int16)[:n].view(x.shape)  # uniform on [-2**15, 2**15)
         # 1 where kept, 0 where dropped: written in x's dtype at once (converting a
-        # boolean mask afterwards costs more than the comparison)
+        # boolean mask afterwards costs more than the comparison); the scale in x's
+        # dtype too, as nn.Dropout's mask on a CPU (bf16 rounds 1 / 0.7 to 1.4297)
         keep = torch.ge(bits, dropped - 2**15, out=torch.empty_like(x))
         return x * keep.mul_(2**16 / (2**16 - dropped))
 
@@ -331,7 +332,7 @@ class LayerNorm(nn.LayerNorm):
 def to_autocast_dtype(x: Tensor) -> Tensor:
     """x in autocast's dtype where autocast is on for x's device; x otherwise."""
     device = x.device.type
-    if torch.is_autocast_enabled(device):
+    if torch.amp.is_autocast_available(device) and torch.is_autocast_enabled(device):
         return x.to(torch.get_autocast_dtype(device))
     return x
 
@@ -549,7 +550,8 @@ class Transformer(nn.Module):
             check_token_ids(tokens, vocab_size, name)
 
     def encode(self, src: Tensor, check_ids: bool = True) -> Tensor:
-        """Source ids (batch, n) -> encoder output `memory` (batch, n, d_model).
+        """Source ids (batch, n) -> encoder output `memory` (batch, n, d_model), in
+        autocast's dtype under autocast (decode it under the same autocast).
 
         check_ids=False skips the range check of the ids (see Embeddings).
         """
@@ -635,7 +637,8 @@ class Transformer(nn.Module):
         y = self.tgt_positions(y, positions=segment_positions(tgt_segments))
         cross = segment_mask(tgt_segments, src_segments)
         own = segment_mask(tgt_segments, tgt_segments)
-        y = self.decoder(to_autocast_dtype(self.dropout(y)), memory, cross, self_mask=own)
+        y = to_autocast_dtype(self.dropout(y))
+        y = self.decoder(y, memory, cross, self_mask=own)
         return self.output(y) if project else y
 
 
