@@ -178,7 +178,8 @@ def cpu_speed() -> str:
         f"preset on Multi30k: in fp32 {rate['fp32']:,.0f} target tokens/s, {rate['fp32'] / peer:.2f}x "
         f"`torch.nn.Transformer`'s step on the same batches with the same math; in its fastest setting "
         f"({best}) {rate[best]:,.0f}, {rate[best] / peer:.2f}x that fp32 peer. Its loss computed without "
-        f"the logits runs at {fused:.2f}x the loss on the logits, on the same batches (`{name}`; the medians of "
+        f"the logits runs at {fused:.2f}x the loss on the logits, on the same batches (`{name}`, commit "
+        f"{record['git']['commit'][:7]}; the medians of "
         f"{record['args']['repeats']} repeats). "
         + plain_command_speed() + "\n"
     )
