@@ -28,8 +28,9 @@ multiple of 64, at least 128; on a GPU the Trainer then searches the block sizes
 Inductor's kernels and replays the compiled step as CUDA graphs), "packed, no CUDA graphs",
 "packed, no kernel tuning" (each undoes one of the two), "packed, fp32 residual stream" (the
 stream between layers kept in fp32 under autocast, as before the model's LayerNorm returned
-its input's dtype, up to the bf16 rounding of the stacks' input) and "packed, max-autotune" (matrix products benchmarked too; trainer_step_gpu_base_tuning.json measured the tuning at a commit
-whose Trainer did not tune, as "packed" and "packed, coordinate descent"). Peak memory is
+its input's dtype, up to the bf16 rounding of the stacks' input) and "packed, max-autotune"
+(matrix products benchmarked too; trainer_step_gpu_base_tuning.json measured the tuning at a
+commit whose Trainer did not tune, as "packed" and "packed, coordinate descent"). Peak memory is
 torch's allocator's: the memory pool of CUDA graphs is not in it. --precisions measures each
 setting in each precision named (default: auto, as train picks it). --ablation then measures the
 first preset on --ablation-corpus (default: the generated one) once for each change of
