@@ -270,6 +270,7 @@ BAD_INPUTS = [  # (arguments after the command, what the one-line answer must sa
     (["train", "--max-steps", "1", "--checkpoint-minutes", "0"], "expected a finite number > 0, got 0"),
     (["train", "--max-steps", "1", "--dropout", "1"], "argument --dropout: expected a number in [0, 1), got 1"),
     (["train", "--max-steps", "1", "--label-smoothing", "1"], "label_smoothing must be in [0, 1); got 1.0"),
+    (["train", "--max-steps", "1", "--cooldown", "1"], "argument --cooldown: expected a number in [0, 1), got 1"),
     (["train", "--max-steps", "1", "--vocab-size", "3", "--out", "{tmp}/new"], "vocab_size=3 is too small"),
     (["train", "--max-steps", "1", "--device", "banana"], "unknown device 'banana'"),
     (["train", "--max-steps", "1", "--device", "cuda:99"], "device 'cuda:99' asked for; this machine has"),

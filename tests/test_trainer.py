@@ -293,6 +293,9 @@ def test_bad_training_configs_raise():
         TrainingConfig(max_steps=1, precision="fp8")
     with pytest.raises(ValueError, match=r"label_smoothing must be in \[0, 1\)"):
         TrainingConfig(max_steps=1, label_smoothing=1.0)
+    for cooldown in (1.0, -0.1, float("nan")):
+        with pytest.raises(ValueError, match=r"cooldown must be in \[0, 1\); got "):
+            TrainingConfig(max_steps=1, cooldown=cooldown)
     with pytest.raises(ValueError, match="pack_length must be a multiple of 8 .*; got 50"):
         TrainingConfig(max_steps=1, pack_length=50)
     with pytest.raises(ValueError, match="pack_length must be a positive integer; got 0"):
@@ -305,11 +308,11 @@ def _free_port() -> int:
         return s.getsockname()[1]
 
 
-def _ddp_worker(rank, world_size, port, corpus, out):
+def _ddp_worker(rank, world_size, port, corpus, out, overrides=None):
     os.environ.update(RANK=str(rank), WORLD_SIZE=str(world_size), MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
     torch.set_num_threads(1)
     config = TransformerConfig(d_model=32, n_heads=4, d_ff=64, n_layers=2, dropout=0.0)
-    trainer = Trainer.from_config(config, _config(corpus, max_steps=3), out)
+    trainer = Trainer.from_config(config, _config(corpus, **(overrides or {"max_steps": 3})), out)
     trainer.fit(progress=False)
     torch.save(trainer.model.state_dict(), f"{out}/rank{rank}.pt")
     torch.distributed.destroy_process_group()
@@ -332,6 +335,17 @@ def test_ddp_on_two_cpu_processes_matches_one_process_with_accumulation(tiny_cor
             rank0, expected = {**rank0, name: rank0[name][keep]}, expected[keep]
         torch.testing.assert_close(rank0[name], expected, atol=1e-6, rtol=1e-5, msg=name)
     assert not torch.equal(rank0["encoder.layers.0.feed_forward.w_1.weight"], Trainer.from_config(config, _config(tiny_corpus), tmp_path / "fresh").model.state_dict()["encoder.layers.0.feed_forward.w_1.weight"]), "training moved the weights"
+
+
+def test_ddp_processes_cool_down_by_rank_0s_clock(tiny_corpus, tmp_path):
+    """A cool-down over time: each process's own clock would give each replica its own
+    rate, and the replicas would drift apart."""
+    out = tmp_path / "ddp"
+    overrides = {"max_steps": 10_000, "max_minutes": 0.002, "cooldown": 0.99, "log_every": 2}
+    mp.spawn(_ddp_worker, args=(2, _free_port(), str(tiny_corpus), str(out), overrides), nprocs=2, join=True)
+    rank0, rank1 = torch.load(out / "rank0.pt"), torch.load(out / "rank1.pt")
+    for name in rank0:
+        assert torch.equal(rank0[name], rank1[name]), f"replicas differ in {name}"
 
 
 @pytest.mark.gpu
@@ -448,6 +462,48 @@ def test_the_clock_stops_at_max_steps_and_checkpoints_every_n_steps():
     timed = Clock(TrainingConfig(max_minutes=1e-9, checkpoint_minutes=1e-9), 1, torch.device("cpu"))
     time.sleep(0.01)
     assert timed.decide(1) == (True, True), "past max_minutes and past checkpoint_minutes"
+
+
+def test_the_clock_says_how_much_of_the_run_is_done():
+    cpu = torch.device("cpu")
+    assert Clock(TrainingConfig(max_steps=10), 1, cpu).done(4) == 0.4
+    assert Clock(TrainingConfig(max_steps=10, max_minutes=1e9), 1, cpu).done(5) == 0.5
+    timed = Clock(TrainingConfig(max_steps=10, max_minutes=1e-9), 1, cpu)
+    time.sleep(0.01)
+    assert timed.done(1) == 1.0, "past max_minutes: all done, whatever the steps say"
+
+
+def _rates_used(trainer):
+    """The first parameter group's rate at each optimizer step, as the step sees it."""
+    rates = []
+    trainer.optimizer.register_step_pre_hook(lambda optimizer, *_: rates.append(optimizer.param_groups[0]["lr"]))
+    return rates
+
+
+def test_the_cooldown_takes_the_papers_rate_linearly_down_over_the_last_steps(tiny_corpus, tmp_path):
+    """Oracle: the paper's formula written out; step k of 10 is taken with (k - 1) / 10 of the
+    run done, so a cool-down of 0.4 scales it by min(1, (11 - k) / 4)."""
+    trainer = Trainer.from_config(TINY, _config(tiny_corpus, max_steps=10, cooldown=0.4), tmp_path / "run")
+    rates = _rates_used(trainer)
+    trainer.fit(progress=False)
+    paper = [TINY.d_model**-0.5 * min(k**-0.5, k * 10**-1.5) for k in range(1, 12)]
+    factors = [1, 1, 1, 1, 1, 1, 1, 0.75, 0.5, 0.25]
+    assert rates == pytest.approx([r * f for r, f in zip(paper, factors)], rel=1e-12)
+    assert trainer.schedule.get_last_lr()[0] == pytest.approx(paper[10], rel=1e-12), (
+        "the schedule keeps its own rate")
+    assert trainer.optimizer.param_groups[0]["lr"] == pytest.approx(paper[10], rel=1e-12)
+
+
+def test_the_cooldown_does_not_compound_in_a_chainable_schedule(tiny_corpus, tmp_path):
+    """ExponentialLR computes each rate from the group's last one: a factor left in the group
+    would be multiplied in again at every step."""
+    trainer = Trainer.from_config(TINY, _config(tiny_corpus, max_steps=4, cooldown=0.5), tmp_path / "run")
+    trainer.optimizer = torch.optim.SGD(trainer.model.parameters(), lr=0.1)
+    trainer.schedule = torch.optim.lr_scheduler.ExponentialLR(trainer.optimizer, gamma=1.0)
+    rates = _rates_used(trainer)
+    trainer.fit(progress=False)
+    assert rates == pytest.approx([0.1, 0.1, 0.1, 0.05], rel=1e-12)
+    assert trainer.optimizer.param_groups[0]["lr"] == pytest.approx(0.1, rel=1e-12)
 
 
 def test_the_loss_window_sums_loss_and_tokens_between_reads():

@@ -251,6 +251,12 @@ def _add_schedule_options(group: argparse._ArgumentGroup) -> None:
         type=_number(float),
         help="multiplier of the paper's learning-rate curve",
     )
+    group.add_argument(
+        "--cooldown",
+        type=_probability,
+        help="the last fraction of the run over which the rate falls linearly to 0 "
+        "(default 0: the paper's curve alone)",
+    )
     group.add_argument("--label-smoothing", type=float, help="epsilon_ls (paper: 0.1)")
 
 

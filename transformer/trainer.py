@@ -280,6 +280,8 @@ class TrainingConfig:
     prefetch: batches prepared ahead by a background thread. cache_dir: where prepared
     corpora are kept (None: see default_cache_dir). split_punctuation: the tokenizer
     isolates punctuation (Data chapter; the command line's choice for real text).
+    cooldown: the last fraction of the run (of max_steps or max_minutes, whichever
+    ends it) over which the rate falls linearly to zero; 0: the paper's schedule.
     """
 
     data: str = "numbers"
@@ -292,6 +294,7 @@ class TrainingConfig:
     max_minutes: float | None = None
     warmup_steps: int = 4000
     lr_scale: float = 1.0
+    cooldown: float = 0.0
     label_smoothing: float = 0.1
     precision: str = "auto"
     compile: bool | None = None
@@ -341,10 +344,9 @@ class TrainingConfig:
             )
         if self.prefetch < 0:
             raise ValueError(f"prefetch must be >= 0 batches; got {self.prefetch}")
-        if not 0.0 <= self.label_smoothing < 1.0:
-            raise ValueError(
-                f"label_smoothing must be in [0, 1); got {self.label_smoothing}"
-            )
+        for name in ["label_smoothing", "cooldown"]:
+            if not 0.0 <= (value := getattr(self, name)) < 1.0:
+                raise ValueError(f"{name} must be in [0, 1); got {value!r}")
         check_precision(self.precision)
 
 
@@ -449,9 +451,19 @@ class Clock:
     def __init__(self, config: TrainingConfig, world_size: int, device: torch.device):
         self.config, self.world_size, self.device = config, world_size, device
         self.started = self.last_checkpoint = time.perf_counter()
+        self.shared_minutes = 0.0  # rank 0's minutes, as last broadcast
 
     def minutes(self) -> float:
         return (time.perf_counter() - self.started) / 60
+
+    def done(self, step: int) -> float:
+        """The fraction of the run done after `step` steps: of max_steps or of
+        max_minutes, whichever is nearer its end (the same on every process)."""
+        config = self.config
+        minutes = self.minutes() if self.world_size == 1 else self.shared_minutes
+        by_steps = step / config.max_steps if config.max_steps else 0.0
+        by_time = minutes / config.max_minutes if config.max_minutes else 0.0
+        return min(1.0, max(by_steps, by_time))
 
     def checkpointed(self) -> None:
         self.last_checkpoint = time.perf_counter()
@@ -468,11 +480,34 @@ class Clock:
             late = time.perf_counter() - self.last_checkpoint
             late = late >= 60 * config.checkpoint_minutes
             if self.world_size > 1:
-                flags = torch.tensor([float(over), float(late)], device=self.device)
+                flags = [float(over), float(late), self.minutes()]
+                flags = torch.tensor(flags, device=self.device, dtype=torch.float64)
                 dist.broadcast(flags, 0)
                 over, late = bool(flags[0]), bool(flags[1])
+                self.shared_minutes = flags[2].item()
             stop, due = stop or over, due or late
         return stop, due
+
+
+def cooldown_factor(done: float, cooldown: float) -> float:
+    """The multiplier of the rate once `done` (0 to 1) of the run is done: 1, then
+    falling linearly to 0 over the last `cooldown` of the run."""
+    if cooldown == 0:
+        return 1.0
+    return min(1.0, max(0.0, (1.0 - done) / cooldown))
+
+
+@contextlib.contextmanager
+def scaled_rates(optimizer: torch.optim.Optimizer, factor: float) -> Iterator[None]:
+    """Within the block, every parameter group's rate times `factor`."""
+    rates = [group["lr"] for group in optimizer.param_groups]
+    for group in optimizer.param_groups:
+        group["lr"] = group["lr"] * factor
+    try:
+        yield
+    finally:
+        for group, rate in zip(optimizer.param_groups, rates):
+            group["lr"] = rate
 
 
 class LossWindow:
@@ -747,6 +782,7 @@ class Trainer:
                                pad_multiple)
         self.batches = TrainBatches(data.train, sampler, config.prefetch, self.device)
         self.step = 0
+        self.rate_factor = 1.0  # the cool-down's multiplier of the rate (fit sets it)
         self.network = data_parallel(self.model, self.device, self.world_size)
         # fixed shapes (packed rows) on a GPU: Inductor tunes its kernels' block sizes
         # once; and CUDA graphs, with one process and no accumulation (a replay would
@@ -828,7 +864,8 @@ class Trainer:
                 # DDP averages gradients over ranks; times world_size: a sum over tokens
                 self.scaler.scale(loss * (self.world_size / total)).backward()
             loss_sum += loss.detach()
-        self.scaler.step(self.optimizer)
+        with scaled_rates(self.optimizer, self.rate_factor):  # the cool-down's
+            self.scaler.step(self.optimizer)
         self.scaler.update()
         self.optimizer.zero_grad(set_to_none=True)
         self.schedule.step()
@@ -876,13 +913,15 @@ class Trainer:
                     if checkpoint_due:
                         self.save()
                         clock.checkpointed()
+                    done = clock.done(self.step)
+                    self.rate_factor = cooldown_factor(done, config.cooldown)
                     window.add(*self.train_step())
                     shown(None)
                     last = self.step == config.max_steps
                     if self.step % config.log_every == 0 or last:
+                        rate = self.rate_factor * self.schedule.get_last_lr()[0]
                         metrics = {"step": self.step, **window.read(self.world_size),
-                                   "lr": self.schedule.get_last_lr()[0],
-                                   "minutes": clock.minutes()}
+                                   "lr": rate, "minutes": clock.minutes()}
                         self._log(metrics)
                         shown(metrics)
                     if self.step % config.eval_every == 0:
@@ -1016,6 +1055,8 @@ __all__ = [
     'sum_over_ranks',
     'all_gather',
     'Clock',
+    'cooldown_factor',
+    'scaled_rates',
     'LossWindow',
     'append_metrics',
     'forget_metrics_after',
