@@ -14,7 +14,8 @@ dropout masks and the order of the batches, as a run on another machine would in
 each seed's final model scores the validation split with each alpha named, and the test split
 is scored with the one of highest validation BLEU (and with the default, beside it).
 --score RECORD skips training: it scores the runs in --runs that RECORD's seeds trained (their
-train command, steps and final model copied from RECORD).
+train command, steps and final model copied from RECORD). --newest also scores each run's
+newest checkpoint on both splits, beside the final model (the average of the last ones).
 
     python benchmarks/cli_runs.py --seeds 1 --data ../shared/data/multi30k --src en --tgt de \
         --runs runs/lc3 --alphas 0.6 0.8 1.0 1.2 1.4 1.6 \
@@ -60,7 +61,7 @@ def train(args: argparse.Namespace, seed: int, out: Path, data: list[str]) -> di
 
 
 def evaluate(out: Path, data: list[str], split: str, scores: Path, alpha: float | None = None) -> dict:
-    """evaluate's scores of the run folder `out` on `split`, and its command."""
+    """evaluate's scores of the run folder (or checkpoint) `out` on `split`, and its command."""
     options = [] if alpha is None else ["--alpha", str(alpha)]
     command = [sys.executable, "-m", "transformer", "evaluate", "--checkpoint", str(out), *data,
                "--split", split, *options]
@@ -85,6 +86,10 @@ def one_seed(args: argparse.Namespace, seed: int, scores: Path) -> dict:
     for split in ("val", "test"):
         result[split] = evaluate(out, data, split, scores)
     result["evaluate"] = result["test"].pop("evaluate")
+    if args.newest:
+        newest = max(out.glob("checkpoint-*.pt"))
+        for split in ("val", "test"):
+            result[f"{split}_newest"] = evaluate(newest, data, split, scores)
     if args.alphas:
         result["val_by_alpha"] = {str(a): evaluate(out, data, "val", scores, a) for a in args.alphas}
         best = max(args.alphas, key=lambda a: result["val_by_alpha"][str(a)]["bleu"])
@@ -106,6 +111,8 @@ def main() -> None:
                         help="length penalties tried on the validation split; the best scores test")
     parser.add_argument("--score", type=Path, metavar="RECORD",
                         help="do not train: score the runs in --runs that RECORD's seeds trained")
+    parser.add_argument("--newest", action="store_true",
+                        help="also score each run's newest checkpoint, beside its final model")
     parser.add_argument("--out", type=Path, required=True, help="the JSON record to write")
     parser.add_argument("train", nargs=argparse.REMAINDER, help="-- then the options of train")
     args = parser.parse_args()
@@ -117,6 +124,9 @@ def main() -> None:
     summary = {f"{split}_{score}": spread([s[split][score] for s in seeds.values()])
                for split in ("val", "test") for score in ("bleu", "tokenized_bleu")}
     summary["steps"] = spread([s["steps"] for s in seeds.values()])
+    if args.newest:
+        summary |= {f"{split}_newest_{score}": spread([s[f"{split}_newest"][score] for s in seeds.values()])
+                    for split in ("val", "test") for score in ("bleu", "tokenized_bleu")}
     if args.alphas:
         summary["test_best_alpha_tokenized_bleu"] = spread(
             [s["test_best_alpha"]["tokenized_bleu"] for s in seeds.values()])

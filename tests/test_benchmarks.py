@@ -88,13 +88,14 @@ def test_cli_speed_trains_this_checkout_and_a_commit_in_turn(tiny_corpus, tmp_pa
 @pytest.mark.slow
 def test_cli_runs_chooses_alpha_on_validation_and_scores_only_its_own_runs(tiny_corpus, tmp_path):
     """cli_runs.py trains with the plain command, then scores test with the alpha of highest
-    validation BLEU; --score rescores those runs, and refuses a folder of another run."""
+    validation BLEU; --score rescores those runs (--newest: their newest checkpoints too), and
+    refuses a folder of another run."""
     (tiny_corpus / "test.en").write_text("three\nseven\n")
     (tiny_corpus / "test.de").write_text("drei\nsieben\n")
     common = [sys.executable, str(BENCHMARKS / "cli_runs.py"), "--seeds", "0", "--data", str(tiny_corpus),
               "--runs", str(tmp_path / "runs"), "--alphas", "0.0", "0.6", "5.0"]
     first = tmp_path / "first.json"
-    train = ["--", "--vocab-size", "60", "--max-tokens", "200", "--max-steps", "4", "--checkpoint-every", "2"]
+    train = ["--", "--vocab-size", "60", "--max-tokens", "200", "--max-steps", "6", "--checkpoint-every", "2"]
     result = subprocess.run(common + ["--out", str(first), *train], capture_output=True, text=True)
     assert result.returncode == 0, result.stderr
     run = json.loads(first.read_text())["seeds"]["0"]
@@ -103,12 +104,18 @@ def test_cli_runs_chooses_alpha_on_validation_and_scores_only_its_own_runs(tiny_
     assert run["test_best_alpha"]["evaluate"].endswith(f"--split test --alpha {run['alpha']}")
     assert "--alpha" not in run["evaluate"], "the default alpha's test score beside it"
     again = tmp_path / "again.json"
-    result = subprocess.run(common + ["--score", str(first), "--out", str(again)], capture_output=True, text=True)
+    result = subprocess.run(common + ["--score", str(first), "--newest", "--out", str(again)],
+                            capture_output=True, text=True)
     assert result.returncode == 0, result.stderr
     rescored = json.loads(again.read_text())
     assert rescored["seeds"]["0"]["val_by_alpha"] == run["val_by_alpha"], "the same run, scored again"
     assert rescored["trained"]["record"] == str(first)
-    (tmp_path / "runs" / "cli-0" / "checkpoint-00000004.pt").unlink()
+    assert "checkpoint_average.pt, the average of the checkpoints of steps 4, 6" in run["final_model"]
+    for split in ("val", "test"):
+        newest = rescored["seeds"]["0"][f"{split}_newest"]
+        assert newest["evaluate"].endswith(f"checkpoint-00000006.pt --data {tiny_corpus} --src en --tgt de --split {split}")
+        assert rescored["spread"][f"{split}_newest_bleu"]["median"] == newest["bleu"]
+    (tmp_path / "runs" / "cli-0" / "checkpoint-00000006.pt").unlink()
     result = subprocess.run(common + ["--score", str(first), "--out", str(again)], capture_output=True, text=True)
     assert result.returncode != 0 and "is not the run of" in result.stderr
 

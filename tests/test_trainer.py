@@ -346,6 +346,10 @@ def test_ddp_processes_cool_down_by_rank_0s_clock(tiny_corpus, tmp_path):
     rank0, rank1 = torch.load(out / "rank0.pt"), torch.load(out / "rank1.pt")
     for name in rank0:
         assert torch.equal(rank0[name], rank1[name]), f"replicas differ in {name}"
+    logged = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
+    last = [r for r in logged if "lr" in r][-1]  # the paper's rate, written out, and the rate used
+    paper = 32**-0.5 * min(last["step"] ** -0.5, last["step"] * 10**-1.5)
+    assert last["lr"] < 0.9 * paper, "the rate cooled down"
 
 
 @pytest.mark.gpu
@@ -497,13 +501,28 @@ def test_the_cooldown_takes_the_papers_rate_linearly_down_over_the_last_steps(ti
 def test_the_cooldown_does_not_compound_in_a_chainable_schedule(tiny_corpus, tmp_path):
     """ExponentialLR computes each rate from the group's last one: a factor left in the group
     would be multiplied in again at every step."""
-    trainer = Trainer.from_config(TINY, _config(tiny_corpus, max_steps=4, cooldown=0.5), tmp_path / "run")
+    trainer = Trainer.from_config(TINY, _config(tiny_corpus, max_steps=4, cooldown=0.75), tmp_path / "run")
     trainer.optimizer = torch.optim.SGD(trainer.model.parameters(), lr=0.1)
     trainer.schedule = torch.optim.lr_scheduler.ExponentialLR(trainer.optimizer, gamma=1.0)
     rates = _rates_used(trainer)
     trainer.fit(progress=False)
-    assert rates == pytest.approx([0.1, 0.1, 0.1, 0.05], rel=1e-12)
+    assert rates == pytest.approx([0.1, 0.1, 0.1 * 2 / 3, 0.1 / 3], rel=1e-12)
     assert trainer.optimizer.param_groups[0]["lr"] == pytest.approx(0.1, rel=1e-12)
+    assert trainer.rate_factor == 1.0, "a train_step after fit takes the schedule's rate"
+
+
+def test_a_run_resumed_in_its_cooldown_ends_with_the_uninterrupted_runs_weights(tiny_corpus, tmp_path):
+    config = _config(tiny_corpus, max_tokens=200, cooldown=0.5, checkpoint_every=4)
+    whole = Trainer.from_config(TINY, config, tmp_path / "whole")
+    whole.fit(progress=False)
+    resumed = Trainer.resume(tmp_path / "whole" / "checkpoint-00000004.pt", out=tmp_path / "resumed")
+    rates = _rates_used(resumed)
+    resumed.fit(progress=False)
+    assert resumed.step == 6 and len(rates) == 2
+    paper = [TINY.d_model**-0.5 * min(k**-0.5, k * 10**-1.5) for k in (5, 6)]
+    assert rates == pytest.approx([paper[0] * 2 / 3, paper[1] / 3], rel=1e-12), "steps 5 and 6 of 6, cooling"
+    for (name, a), b in zip(whole.model.state_dict().items(), resumed.model.state_dict().values()):
+        assert torch.equal(a, b), name
 
 
 def test_the_loss_window_sums_loss_and_tokens_between_reads():

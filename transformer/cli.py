@@ -254,8 +254,8 @@ def _add_schedule_options(group: argparse._ArgumentGroup) -> None:
     group.add_argument(
         "--cooldown",
         type=_probability,
-        help="the last fraction of the run over which the rate falls linearly to 0 "
-        "(default 0: the paper's curve alone)",
+        help="over this last fraction of the run, the rate's multiplier falls "
+        "linearly from 1 to 0 (default 0: the paper's curve alone)",
     )
     group.add_argument("--label-smoothing", type=float, help="epsilon_ls (paper: 0.1)")
 

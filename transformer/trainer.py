@@ -281,7 +281,7 @@ class TrainingConfig:
     corpora are kept (None: see default_cache_dir). split_punctuation: the tokenizer
     isolates punctuation (Data chapter; the command line's choice for real text).
     cooldown: the last fraction of the run (of max_steps or max_minutes, whichever
-    ends it) over which the rate falls linearly to zero; 0: the paper's schedule.
+    ends it), over which the rate's multiplier falls linearly from 1 to 0; 0: none.
     """
 
     data: str = "numbers"
@@ -915,11 +915,12 @@ class Trainer:
                         clock.checkpointed()
                     done = clock.done(self.step)
                     self.rate_factor = cooldown_factor(done, config.cooldown)
+                    # the rate of this step
+                    rate = self.rate_factor * self.schedule.get_last_lr()[0]
                     window.add(*self.train_step())
                     shown(None)
                     last = self.step == config.max_steps
                     if self.step % config.log_every == 0 or last:
-                        rate = self.rate_factor * self.schedule.get_last_lr()[0]
                         metrics = {"step": self.step, **window.read(self.world_size),
                                    "lr": rate, "minutes": clock.minutes()}
                         self._log(metrics)
@@ -928,6 +929,7 @@ class Trainer:
                         evaluation = {"step": self.step, **self.validate()}
                         self._log(evaluation)
                         metrics = {**metrics, **evaluation}
+            self.rate_factor = 1.0  # a train_step called after fit: the schedule's rate
             if received:
                 return stopped_by_signal(self, metrics, received[0])
             self.save()
