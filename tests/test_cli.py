@@ -247,6 +247,16 @@ def test_train_ends_with_the_average_of_its_last_checkpoints(run_folder):
     assert outputs[0] == outputs[1], "a run folder translates with its average"
 
 
+def test_a_cooled_down_run_ends_on_its_newest_checkpoint_unless_told_to_average(tiny_corpus, tmp_path, capsys):
+    for more, final in [([], "checkpoint-00000003.pt (averaging is off)"),
+                        (["--average-last", "5"], "checkpoint_average.pt, the average of the checkpoints of steps 2, 3")]:
+        out = tmp_path / f"run{len(more)}"
+        assert main(["train", "--data", str(tiny_corpus), "--max-steps", "3", "--max-tokens", "200", "--vocab-size", "60",
+                     "--precision", "fp32", "--cooldown", "0.5", "--out", str(out), *more]) == 0
+        assert f"final model: {final}" in capsys.readouterr().out
+        assert (out / "checkpoint_average.pt").exists() == bool(more)
+
+
 def test_average_a_folder_or_files(run_folder, tmp_path, capsys):
     assert main(["train", "--resume", str(run_folder), "--max-steps", "5", "--checkpoint-every", "1",
                  "--out", str(run_folder)]) == 0

@@ -293,9 +293,8 @@ def _add_run_options(group: argparse._ArgumentGroup) -> None:
     group.add_argument(
         "--average-last",
         type=_number(int),
-        default=5,
         help="the final model averages the newest N checkpoints of the run's last "
-        "third (default 5, the paper's; 1: the newest checkpoint)",
+        "third (default 5, the paper's; after a --cooldown 1: the newest checkpoint)",
     )
 
 
@@ -384,7 +383,8 @@ def _train(args: argparse.Namespace) -> int:
     if "interrupted" in result:
         return 128 + result["interrupted"]  # the shell's status for a signal
     if trainer.rank == 0:
-        final, note = write_final_model(trainer.out, args.average_last)
+        n = args.average_last or (1 if trainer.config.cooldown else 5)
+        final, note = write_final_model(trainer.out, n)
         print(note)
         summary = f"done: {result['step']} steps in {result['minutes']:.1f} min"
         if "val_loss" in result:
