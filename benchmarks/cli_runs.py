@@ -34,6 +34,7 @@ import time
 from pathlib import Path
 
 from report import spread, write_report
+from transformer.trainer import newest_checkpoints
 
 REPO = Path(__file__).resolve().parent.parent
 
@@ -77,7 +78,8 @@ def one_seed(args: argparse.Namespace, seed: int, scores: Path) -> dict:
     if args.score:
         trained = json.loads(args.score.read_text())["seeds"][str(seed)]
         result = {key: trained[key] for key in ("train", "train_seconds", "steps", "final_model")}
-        newest = max((int(p.stem.split("-")[1]) for p in out.glob("checkpoint-*.pt")), default=None)
+        found = newest_checkpoints(out, 1)
+        newest = int(found[0].stem.removeprefix("checkpoint-")) if found else None
         if newest != trained["steps"]:
             raise SystemExit(f"{out} is not the run of {args.score}'s seed {seed}: its newest "
                              f"checkpoint is of step {newest}, the record's run ended at {trained['steps']}")
@@ -87,7 +89,7 @@ def one_seed(args: argparse.Namespace, seed: int, scores: Path) -> dict:
         result[split] = evaluate(out, data, split, scores)
     result["evaluate"] = result["test"].pop("evaluate")
     if args.newest:
-        newest = max(out.glob("checkpoint-*.pt"))
+        newest = newest_checkpoints(out, 1)[0]
         for split in ("val", "test"):
             result[f"{split}_newest"] = evaluate(newest, data, split, scores)
     if args.alphas:
