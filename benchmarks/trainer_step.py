@@ -38,8 +38,8 @@ VARIANTS: the step with one of the Trainer's speed choices undone, to show what 
 A variant of the loss is also timed against the shipped loss on the same batches in turn, each
 repeat (shipped_bare_tokens_per_s beside bare_tokens_per_s): Trainers measured one after the
 other in one process differ by several percent for reasons of their own (on the CPU, a first
-run had the shipped bf16 step slower than its variant measured after it; taking the same
-batches in turn, trainer_step_cpu_tiny.json has the two within 2%).
+run had the shipped bf16 step slower than its variant measured after it), which taking the same
+batches in turn removes from the comparison.
 
 --peer times, on the very batches of each padded repeat, the step a user writes with
 torch.nn.Transformer (train_throughput.TorchPeer: the same function, pre-LN or post-LN as the

@@ -217,8 +217,10 @@ def test_truncated_and_foreign_checkpoints_raise_clear_errors(tmp_path):
     assert load_checkpoint(good)["step"] == 1
     truncated = tmp_path / "truncated.pt"
     truncated.write_bytes(good.read_bytes()[:2000])
-    with pytest.raises(ValueError, match="not a readable checkpoint"):
+    with pytest.raises(ValueError, match="not a readable checkpoint") as refused:
         load_checkpoint(truncated)
+    reason = str(refused.value).split("corrupt?): ")[1]  # torch's first sentence only
+    assert reason and "\n" not in reason and ". " not in reason and len(reason) < 120
     foreign = tmp_path / "foreign.pt"
     torch.save({"state_dict": {}}, foreign)
     with pytest.raises(ValueError, match="not a transformer checkpoint"):

@@ -294,7 +294,7 @@ def _add_run_options(group: argparse._ArgumentGroup) -> None:
         "--average-last",
         type=_number(int),
         help="the final model averages the newest N checkpoints of the run's last "
-        "third (default 5, the paper's; after a --cooldown 1: the newest checkpoint)",
+        "third (default 5, the paper's; after a --cooldown, 1: the newest checkpoint)",
     )
 
 

@@ -303,6 +303,28 @@ class TransformerConfig:
         return {f.name: getattr(self, f.name) for f in fields(self)}
 
 
+class SublayerConnection(nn.Module):
+    """A residual connection around a sub-layer, with dropout and layer normalization.
+
+    post-LN (the paper): LayerNorm(x + Dropout(Sublayer(x)));
+    pre-LN (norm_first):  x + Dropout(Sublayer(LayerNorm(x))).
+    Shape: (batch, n, d_model) -> (batch, n, d_model).
+    """
+
+    def __init__(
+        self, d_model: int, dropout: float, norm_first: bool = False, eps: float = 1e-6
+    ):
+        super().__init__()
+        self.norm = LayerNorm(d_model, eps=eps)
+        self.dropout = Dropout(dropout)
+        self.norm_first = norm_first
+
+    def forward(self, x: Tensor, sublayer: Callable[[Tensor], Tensor]) -> Tensor:
+        if self.norm_first:
+            return x + self.dropout(sublayer(self.norm(x)))
+        return self.norm(x + self.dropout(sublayer(x)))
+
+
 class Dropout(nn.Dropout):
     """nn.Dropout; on a CPU its mask compares 16 random bits a feature, four features
     a 64-bit draw of the generator, with p rounded to 1/65536."""
@@ -335,28 +357,6 @@ def to_autocast_dtype(x: Tensor) -> Tensor:
     if torch.amp.is_autocast_available(device) and torch.is_autocast_enabled(device):
         return x.to(torch.get_autocast_dtype(device))
     return x
-
-
-class SublayerConnection(nn.Module):
-    """A residual connection around a sub-layer, with dropout and layer normalization.
-
-    post-LN (the paper): LayerNorm(x + Dropout(Sublayer(x)));
-    pre-LN (norm_first):  x + Dropout(Sublayer(LayerNorm(x))).
-    Shape: (batch, n, d_model) -> (batch, n, d_model).
-    """
-
-    def __init__(
-        self, d_model: int, dropout: float, norm_first: bool = False, eps: float = 1e-6
-    ):
-        super().__init__()
-        self.norm = LayerNorm(d_model, eps=eps)
-        self.dropout = Dropout(dropout)
-        self.norm_first = norm_first
-
-    def forward(self, x: Tensor, sublayer: Callable[[Tensor], Tensor]) -> Tensor:
-        if self.norm_first:
-            return x + self.dropout(sublayer(self.norm(x)))
-        return self.norm(x + self.dropout(sublayer(x)))
 
 
 def _attention(config: TransformerConfig) -> MultiHeadAttention:
@@ -645,10 +645,10 @@ class Transformer(nn.Module):
 __all__ = [
     'draw_architecture',
     'TransformerConfig',
+    'SublayerConnection',
     'Dropout',
     'LayerNorm',
     'to_autocast_dtype',
-    'SublayerConnection',
     'EncoderLayer',
     'Encoder',
     'DecoderLayer',

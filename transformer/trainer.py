@@ -88,8 +88,9 @@ def load_checkpoint(
             path, map_location=map_location, weights_only=True, mmap=mmap
         )
     except Exception as error:  # a truncated zip, a foreign pickle, ...: all unreadable
+        reason = str(error).splitlines()[0].split(". ")[0]  # torch's first sentence
         raise ValueError(
-            f"{path} is not a readable checkpoint (truncated or corrupt?): {error}"
+            f"{path} is not a readable checkpoint (truncated or corrupt?): {reason}"
         ) from error
     if not isinstance(state, dict) or state.get("format") != CHECKPOINT_FORMAT:
         found = sorted(state)[:5] if isinstance(state, dict) else type(state).__name__
