@@ -88,7 +88,8 @@ def load_checkpoint(
             path, map_location=map_location, weights_only=True, mmap=mmap
         )
     except Exception as error:  # a truncated zip, a foreign pickle, ...: all unreadable
-        reason = str(error).splitlines()[0].split(". ")[0]  # torch's first sentence
+        # torch's first sentence, or the error's name where it says nothing (EOFError)
+        reason = (str(error).splitlines() or [type(error).__name__])[0].split(". ")[0]
         raise ValueError(
             f"{path} is not a readable checkpoint (truncated or corrupt?): {reason}"
         ) from error
