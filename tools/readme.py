@@ -82,6 +82,9 @@ def _cli_row(names: list[str], task: str, metric: str = "tokenized_bleu") -> str
     records named, at evaluate's default decoding; metric: tokenized_bleu or bleu
     (sacreBLEU)."""
     seeds = {seed: run for name in names for seed, run in _record(name)["seeds"].items()}
+    commits = [_record(name)["git"]["commit"][:7] for name in names
+               for _ in _record(name)["seeds"]]
+    at = f" at commits {_and(commits)}" if len(set(commits)) > 1 else ""
     train = next(iter(seeds.values()))["train"]
     options = " ".join(o for o in train.split() if o in ("--lowercase", "--max-minutes"))
     minutes = train.split("--max-minutes ")[1].split()[0]
@@ -92,7 +95,7 @@ def _cli_row(names: list[str], task: str, metric: str = "tokenized_bleu") -> str
     records = _and(f"`{name}`" for name in names)
     return (
         f"| {task} | `train {options} {minutes}` then `evaluate` (final model: the average of "
-        f"the last checkpoints, beam 4); {updates} updates, seeds {_and(seeds)} "
+        f"the last checkpoints, beam 4); {updates} updates, seeds {_and(seeds)}{at} "
         f"| {scores} {METRICS[metric]}{median} | {records} |"
     )
 
