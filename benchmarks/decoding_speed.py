@@ -1,24 +1,28 @@
-"""Decoding speed: greedy and beam search, with and without the key/value cache, and a greedy
-decoder built on torch.nn.TransformerEncoder/Decoder (which has no cache) with the same weights,
-on the same sentences, in one run. Each variant's output is checked against ours.
+"""Decoding speed: greedy and beam 4 without the key/value cache, with the growing cache and
+with the static cache (replayed as CUDA graphs on a GPU), at several batch sizes, in fp32 and
+bf16, beside a greedy decoder built on torch.nn.TransformerEncoder/Decoder (which has no cache)
+with the same weights, on the same sentences, in one run. Every variant's tokens are compared
+with the uncached decoder's of the same precision, and bf16's with fp32's.
 
-    python benchmarks/decoding_speed.py --checkpoint runs/m30k --data ../shared/data/multi30k \
-        --sentences 200 --out benchmarks/results/decoding_cpu.json
+    python benchmarks/decoding_speed.py --checkpoint runs/m30k --data DIR --device cuda \
+        --out benchmarks/results/decoding_gpu.json
 
-Without --checkpoint it times an untrained model of the small preset's size on the number corpus
-(untrained, it writes to the maximum length, input + 50 tokens).
+Batch size b decodes the first min(--sentences, max(32, 8 b)) test sentences (32 at b = 1, all
+1000 of Multi30k's test set at b = 128). Without --checkpoint it times an untrained model of
+the small preset's size on the number corpus (untrained, it writes to the maximum length).
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import time
 from pathlib import Path
 
 import torch
 from torch import nn
 
-from report import write_report
+from report import spread, write_report
 from transformer import (
     Transformer,
     TransformerConfig,
@@ -38,18 +42,24 @@ class TorchGreedy(nn.Module):
     def __init__(self, model: Transformer):
         super().__init__()
         c = model.config
-        if c.norm_first or c.activation != "relu" or c.d_k is not None or c.d_v is not None:
-            raise ValueError("the peer needs a post-LN ReLU model with d_k = d_v = d_model / h")
+        if c.activation != "relu" or c.d_k is not None or c.d_v is not None:
+            raise ValueError("the peer needs a ReLU model with d_k = d_v = d_model / h")
         make = dict(d_model=c.d_model, nhead=c.n_heads, dim_feedforward=c.d_ff, dropout=0.0, batch_first=True,
-                    layer_norm_eps=c.layer_norm_eps)
-        self.encoder = nn.TransformerEncoder(nn.TransformerEncoderLayer(**make), c.n_layers, enable_nested_tensor=False)
-        self.decoder = nn.TransformerDecoder(nn.TransformerDecoderLayer(**make), c.n_layers)
+                    layer_norm_eps=c.layer_norm_eps, norm_first=c.norm_first)
+        final = (lambda: nn.LayerNorm(c.d_model, eps=c.layer_norm_eps)) if c.norm_first else (lambda: None)
+        self.encoder = nn.TransformerEncoder(nn.TransformerEncoderLayer(**make), c.n_layers, norm=final(),
+                                             enable_nested_tensor=False)
+        self.decoder = nn.TransformerDecoder(nn.TransformerDecoderLayer(**make), c.n_layers, norm=final())
         self.model = model
         with torch.no_grad():
             for ours, theirs in zip(model.encoder.layers, self.encoder.layers):
                 self._copy(ours, theirs, [ours.self_attn], [theirs.self_attn])
             for ours, theirs in zip(model.decoder.layers, self.decoder.layers):
                 self._copy(ours, theirs, [ours.self_attn, ours.cross_attn], [theirs.self_attn, theirs.multihead_attn])
+            for ours, theirs in ((model.encoder, self.encoder), (model.decoder, self.decoder)):
+                if c.norm_first:  # the pre-LN stacks' final LayerNorm
+                    theirs.norm.weight.copy_(ours.norm.weight)
+                    theirs.norm.bias.copy_(ours.norm.bias)
 
     @staticmethod
     def _copy(ours, theirs, our_attention, their_attention):
@@ -100,18 +110,49 @@ def batches(ids: list[list[int]], size: int) -> list[torch.Tensor]:
     return out
 
 
-def timed(decode, srcs: list[torch.Tensor]) -> tuple[float, list[torch.Tensor]]:
-    start = time.perf_counter()
-    outputs = [decode(src).cpu() for src in srcs]  # .cpu() waits for a GPU to finish
-    return time.perf_counter() - start, outputs
+def sentences_of(outputs: list[torch.Tensor]) -> list[tuple[int, ...]]:
+    """Each sentence's tokens up to its <eos> (the rest is <pad>)."""
+    return [tuple(t for t in row.tolist() if t != PAD) for batch in outputs for row in batch]
+
+
+def variants(model: Transformer, peer: TorchGreedy) -> dict:
+    return {
+        "greedy, no cache": lambda s: greedy_decode(model, s, use_cache=False),
+        "greedy, growing cache": lambda s: greedy_decode(model, s, static_cache=False),
+        "greedy, static cache": lambda s: greedy_decode(model, s, static_cache=True),
+        "beam 4, no cache": lambda s: beam_search(model, s, 4, use_cache=False).tokens[:, 0],
+        "beam 4, growing cache": lambda s: beam_search(model, s, 4, static_cache=False).tokens[:, 0],
+        "beam 4, static cache": lambda s: beam_search(model, s, 4, static_cache=True).tokens[:, 0],
+        "nn.Transformer greedy": peer.greedy,
+    }
+
+
+def measure(decoders: dict, srcs: list[torch.Tensor], precision: str, repeats: int, device: torch.device):
+    """Seconds of each decoder over srcs, `repeats` times (the decoders interleaved), and its
+    sentences' tokens."""
+    autocast = (torch.autocast(device.type, dtype=torch.bfloat16) if precision == "bf16"
+                else contextlib.nullcontext())
+    seconds = {name: [] for name in decoders}
+    outputs = {}
+    with autocast:
+        for decode in decoders.values():
+            decode(srcs[0])  # warm-up: kernels chosen, memory pools grown
+        for _ in range(repeats):
+            for name, decode in decoders.items():
+                start = time.perf_counter()
+                outputs[name] = [decode(src).cpu() for src in srcs]  # .cpu() waits for a GPU
+                seconds[name].append(time.perf_counter() - start)
+    return seconds, {name: sentences_of(o) for name, o in outputs.items()}
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--checkpoint", help="checkpoint file or training folder (default: an untrained small model)")
     parser.add_argument("--data", default="numbers", help="corpus whose test sentences are decoded")
-    parser.add_argument("--sentences", type=int, default=200)
-    parser.add_argument("--batch-size", type=int, default=32)
+    parser.add_argument("--sentences", type=int, default=1000, help="the most sentences a batch size decodes")
+    parser.add_argument("--batch-sizes", type=int, nargs="+", default=[1, 16, 128])
+    parser.add_argument("--precisions", nargs="+", choices=["fp32", "bf16"], default=["fp32", "bf16"])
+    parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--threads", type=int, help="torch threads (default: torch's choice)")
     parser.add_argument("--device", default="cpu", help="cpu (default) or cuda")
     parser.add_argument("--out", type=Path, help="write the results as JSON")
@@ -119,7 +160,6 @@ def main() -> None:
     if args.threads:
         torch.set_num_threads(args.threads)
     corpus = load_corpus(args.data)
-    sources = [s for s, _ in corpus.splits["test"][: args.sentences]]
     if args.checkpoint:
         path = Path(args.checkpoint)
         model, tokenizer = load_model(last_checkpoints(path, 1)[0] if path.is_dir() else path)
@@ -129,47 +169,42 @@ def main() -> None:
         vocab = tokenizer.get_vocab_size()
         model = Transformer(TransformerConfig(src_vocab_size=vocab, tgt_vocab_size=vocab, d_model=256, n_heads=4,
                                               d_ff=1024, n_layers=3)).eval()
+    sources = [s for s, _ in corpus.splits["test"][: args.sentences]]
     ids = [e.ids + [EOS] for e in tokenizer.encode_batch(sources, add_special_tokens=False)]
     device = torch.device(args.device)
-    model = model.to(device)
-    srcs = [src.to(device) for src in batches(ids, args.batch_size)]
-    peer = TorchGreedy(model).to(device).eval()
-    variants = {
-        "greedy, cache": lambda s: greedy_decode(model, s),
-        "greedy, no cache": lambda s: greedy_decode(model, s, use_cache=False),
-        "beam 4, cache": lambda s: beam_search(model, s, 4).tokens[:, 0],
-        "beam 4, no cache": lambda s: beam_search(model, s, 4, use_cache=False).tokens[:, 0],
-        "nn.Transformer greedy (no cache)": peer.greedy,
+    model = model.to(device).eval()
+    decoders = variants(model, TorchGreedy(model).to(device).eval())
+    results, same, tokens = {}, {}, {}
+    for precision in args.precisions:
+        for b in args.batch_sizes:
+            n = min(len(ids), max(32, 8 * b))
+            srcs = [src.to(device) for src in batches(ids[:n], b)]
+            seconds, tokens[precision, b] = measure(decoders, srcs, precision, args.repeats, device)
+            key = f"{precision}, batch {b}"
+            results[key] = {"sentences": n}
+            for name, times in seconds.items():
+                results[key][name] = {"seconds": spread(times), "sentences_per_s": spread([n / s for s in times])}
+                print(f"{key:16} {name:24} {n / min(times):8.1f} sentences/s (best of {len(times)})", flush=True)
+            out = tokens[precision, b]
+            same[key] = {name: sum(a != r for a, r in zip(out[name], out[reference]))
+                         for name in decoders if name != (reference := f"{name.split(',')[0]}, no cache")
+                         and not name.startswith("nn.")}
+            same[key]["nn.Transformer greedy"] = sum(
+                a != r for a, r in zip(out["nn.Transformer greedy"], out["greedy, no cache"]))
+            print(f"{key}: sentences that differ from the uncached decoder's: {same[key]}", flush=True)
+    bf16_changes = {
+        f"batch {b}": {name: sum(a != r for a, r in zip(tokens["bf16", b][name], tokens["fp32", b][name]))
+                       for name in decoders}
+        for b in args.batch_sizes if ("bf16", b) in tokens and ("fp32", b) in tokens
     }
-    greedy_decode(model, srcs[0][:2])  # warm-up
-    results, outputs = {}, {}
-    for name, decode in variants.items():
-        seconds, outputs[name] = timed(decode, srcs)
-        tokens = sum(int(((o != PAD) & (o != EOS)).sum()) for o in outputs[name])
-        results[name] = {"seconds": seconds, "sentences_per_s": len(sources) / seconds,
-                         "output_tokens_per_s": tokens / seconds}
-        print(f"{name:34} {seconds:7.2f} s  {len(sources) / seconds:7.1f} sentences/s  "
-              f"{tokens / seconds:8.0f} tokens/s", flush=True)
-    same = {
-        "greedy: cache == no cache": all(torch.equal(a, b) for a, b in zip(outputs["greedy, cache"], outputs["greedy, no cache"])),
-        "beam 4: cache == no cache": all(torch.equal(a, b) for a, b in zip(outputs["beam 4, cache"], outputs["beam 4, no cache"])),
-        "greedy: ours == nn.Transformer": all(torch.equal(a, b) for a, b in zip(outputs["greedy, cache"], outputs["nn.Transformer greedy (no cache)"])),
-    }
-    speedups = {
-        "greedy: cache / no cache": results["greedy, no cache"]["seconds"] / results["greedy, cache"]["seconds"],
-        "beam 4: cache / no cache": results["beam 4, no cache"]["seconds"] / results["beam 4, cache"]["seconds"],
-        "greedy: ours (cache) / nn.Transformer": results["nn.Transformer greedy (no cache)"]["seconds"] / results["greedy, cache"]["seconds"],
-    }
-    for name, value in same.items():
-        print(f"{name}: {'same tokens' if value else 'DIFFERENT tokens'}")
-    for name, value in speedups.items():
-        print(f"speed-up {name}: {value:.2f}x")
+    if bf16_changes:
+        print(f"sentences bf16 changes from fp32's: {bf16_changes}")
     if args.out:
-        write_report(args.out, {"sentences": len(sources), "batch_size": args.batch_size,
-                                "parameters": sum(p.numel() for p in model.parameters()), "results": results,
-                                "same_output": same, "speedups": speedups}, device)
-    if not all(same.values()):
-        raise SystemExit("outputs differ")
+        write_report(args.out, {"batch_sizes": args.batch_sizes, "precisions": args.precisions,
+                                "repeats": args.repeats,
+                                "parameters": sum(p.numel() for p in model.parameters()),
+                                "norm_first": model.config.norm_first, "results": results,
+                                "differ_from_uncached": same, "bf16_changes": bf16_changes}, device)
 
 
 if __name__ == "__main__":

@@ -83,6 +83,10 @@ def main() -> None:
     parser.add_argument("--warmup", type=int, default=20, help="Trainer steps before the profiles")
     parser.add_argument("--steps", type=int, default=10, help="steps profiled")
     parser.add_argument("--pairs", type=int, default=20_000, help="sentence pairs of the generated corpus")
+    parser.add_argument("--data", help="a corpus folder (Multi30k: train.en.gz, ...) instead of the generated one")
+    parser.add_argument("--vocab-size", type=int, help="default: the preset's")
+    parser.add_argument("--pack-length", type=int, help="the Trainer's pack_length (default: padded batches); "
+                        "packed rows are profiled in the Trainer only")
     parser.add_argument("--trace", help="also write the Trainer's Chrome trace here")
     parser.add_argument("--json", help="write the results to this file")
     args = parser.parse_args()
@@ -90,13 +94,21 @@ def main() -> None:
     model_config = getattr(TransformerConfig, args.preset)()
     with tempfile.TemporaryDirectory() as work:
         work = Path(work)
-        write_corpus(work / "corpus", args.pairs)
-        config = TrainingConfig(data=str(work / "corpus"), vocab_size=model_config.src_vocab_size,
+        if args.data is None:
+            write_corpus(work / "corpus", args.pairs)
+        config = TrainingConfig(data=args.data or str(work / "corpus"),
+                                vocab_size=args.vocab_size or model_config.src_vocab_size,
                                 max_tokens=args.max_tokens, max_steps=10**6, device=str(device),
-                                cache_dir=str(work / "cache"))
+                                cache_dir=str(work / "cache"), pack_length=args.pack_length,
+                                split_punctuation=args.data is not None)
         trainer = Trainer.from_config(model_config, config, work / "run")
         for _ in range(args.warmup):
             trainer.train_step()
+        if args.pack_length:
+            results = {"trainer": profile_steps(trainer.train_step, args.steps, device,
+                                                args.trace and Path(args.trace)),
+                       "target_tokens_per_step": None}
+            return report(results, device, args)
         plan = trainer.batches.sampler.epoch(trainer.batches.epoch)[trainer.batches.index : trainer.batches.index + args.steps]
         batches = [trainer.batches.sampler.batch(trainer.data.train, indices).to(device) for indices in plan]
         batches = iter(batches * 2)
@@ -112,6 +124,10 @@ def main() -> None:
         }
         results["target_tokens_per_step"] = sum(b.n_tokens for b in
                                                 (trainer.data.train.batch(i, 1) for i in plan)) / args.steps
+    report(results, device, args)
+
+
+def report(results: dict, device: torch.device, args: argparse.Namespace) -> None:
     for name, r in results.items():
         if not isinstance(r, dict):
             continue
@@ -121,7 +137,9 @@ def main() -> None:
             print(f"  {group:<30} {ms:8.2f} ms")
         for k in r["top_kernels"]:
             print(f"    {k['ms']:7.2f} ms {k['calls']:5.1f}x  {k['name']}")
-    print(f"\n{results['target_tokens_per_step']:,.0f} target tokens per step; device: {machine(device)}")
+    if results["target_tokens_per_step"]:
+        print(f"\n{results['target_tokens_per_step']:,.0f} target tokens per step")
+    print(f"device: {machine(device)}")
     if args.json:
         write_report(Path(args.json), {"device": machine(device), "args": vars(args), **results}, device)
 

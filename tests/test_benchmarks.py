@@ -22,17 +22,23 @@ def test_every_benchmark_has_help(script, monkeypatch, capsys):
     assert exit.value.code == 0 and "usage:" in capsys.readouterr().out
 
 
-def test_decoding_speed_checks_that_all_decoders_agree(tmp_path):
+def test_decoding_speed_compares_every_decoder_with_the_uncached_one(tmp_path):
     out = tmp_path / "decoding.json"
     result = subprocess.run([sys.executable, str(BENCHMARKS / "decoding_speed.py"), "--sentences", "2",
-                             "--batch-size", "2", "--out", str(out)], capture_output=True, text=True)
+                             "--batch-sizes", "2", "--precisions", "fp32", "--repeats", "2", "--out", str(out)],
+                            capture_output=True, text=True)
     assert result.returncode == 0, result.stderr
     report = json.loads(out.read_text())
-    assert all(report["same_output"].values()) and report["sentences"] == 2
-    assert set(report["results"]) == {"greedy, cache", "greedy, no cache", "beam 4, cache", "beam 4, no cache",
-                                      "nn.Transformer greedy (no cache)"}
+    measured = report["results"]["fp32, batch 2"]
+    assert measured["sentences"] == 2
+    decoders = {f"{search}, {cache}" for search in ("greedy", "beam 4")
+                for cache in ("no cache", "growing cache", "static cache")} | {"nn.Transformer greedy"}
+    assert set(measured) - {"sentences"} == decoders
+    assert all(len(r["seconds"]) == 3 and r["seconds"]["min"] <= r["seconds"]["max"]
+               for name, r in measured.items() if name != "sentences")
+    assert report["differ_from_uncached"]["fp32, batch 2"] == dict.fromkeys(decoders - {"greedy, no cache",
+                                                                                        "beam 4, no cache"}, 0)
     assert report["command"].startswith("python ") and "decoding_speed.py" in report["command"]
-
 
 
 @pytest.mark.slow

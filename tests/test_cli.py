@@ -10,6 +10,7 @@ import pytest
 import sacrebleu
 import torch
 
+from transformer import cli
 from transformer.cli import main
 from transformer.trainer import load_checkpoint
 
@@ -78,9 +79,31 @@ def test_dropout_and_pre_ln_shape_a_new_model_and_are_refused_on_resume(tiny_cor
     assert load_checkpoint(post / "checkpoint-00000001.pt")["model_config"]["norm_first"] is False
 
 
-def test_train_needs_a_stopping_rule(tmp_path):
+def test_train_needs_a_stopping_rule(tmp_path, tiny_corpus):
     with pytest.raises(SystemExit, match="--max-steps N and/or --max-minutes M"):
         main(["train", "--out", str(tmp_path)])
+    with pytest.raises(SystemExit, match="only real text on a CUDA GPU has a default"):
+        main(["train", "--data", str(tiny_corpus), "--device", "cpu", "--out", str(tmp_path)])
+
+
+def test_real_text_on_a_cuda_gpu_stops_after_the_gpu_step_budget(tmp_path, tiny_corpus, monkeypatch):
+    """The tiny preset on real text on CUDA: GPU_TEXT_STEPS updates, 15 checkpoints over them;
+    the embedded corpus and other presets still need a stopping rule there."""
+    configs = []
+
+    def from_config(model_config, config, *args):
+        configs.append(config)
+        raise KeyboardInterrupt  # stop before any training
+
+    monkeypatch.setattr(cli, "pick_device", lambda device="auto": torch.device("cuda"))
+    monkeypatch.setattr(cli.Trainer, "from_config", from_config)
+    with pytest.raises(KeyboardInterrupt):
+        main(["train", "--data", str(tiny_corpus), "--out", str(tmp_path / "run")])
+    assert configs[0].max_steps == cli.GPU_TEXT_STEPS and configs[0].max_minutes is None
+    assert configs[0].checkpoint_every == cli.GPU_TEXT_STEPS // 15
+    for other in (["--preset", "small", "--data", str(tiny_corpus)], []):
+        with pytest.raises(SystemExit, match="say when to stop"):
+            main(["train", *other, "--out", str(tmp_path / "run")])
 
 
 @pytest.fixture

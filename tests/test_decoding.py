@@ -13,7 +13,9 @@ from transformer import (
     train_tokenizer,
     translate,
 )
-from transformer.decoding import length_penalty
+from transformer import decoding
+from transformer.attention import padding_mask
+from transformer.decoding import StaticCacheSteps, length_penalty
 from transformer.data import BOS, EOS, PAD
 
 SMALL = dict(src_vocab_size=40, tgt_vocab_size=40, d_model=32, n_heads=4, d_ff=64, n_layers=2, dropout=0.0)
@@ -211,3 +213,82 @@ def test_translate_refuses_a_string_and_a_batch_size_below_one():
         translate(model, tokenizer, "a b c")
     with pytest.raises(ValueError, match="batch_size must be a positive number of sentences; got 0"):
         translate(model, tokenizer, ["a b c"], batch_size=0)
+
+
+def _decodings(model, src, **options):
+    """Greedy tokens and beam-4 hypotheses of src with the given options."""
+    return greedy_decode(model, src, **options), beam_search(model, src, beam_size=4, **options)
+
+
+@pytest.mark.parametrize("norm_first", [False, True])
+@pytest.mark.parametrize("check_every", [1, 8])
+def test_the_static_cache_gives_the_uncached_tokens_and_scores(norm_first, check_every, monkeypatch):
+    """On the CPU (no graph): the static cache, the growing cache and no cache choose the same
+    tokens with the same scores; check_every=8 (CUDA's) runs steps past the end, which must be
+    trimmed away."""
+    monkeypatch.setattr(StaticCacheSteps, "check_every", check_every)
+    model = _model(6, norm_first=norm_first)
+    src = torch.randint(4, 40, (5, 8))
+    src[1, 5:] = PAD
+    static = _decodings(model, src, max_len=14, static_cache=True)
+    for other in (_decodings(model, src, max_len=14, static_cache=False),
+                  _decodings(model, src, max_len=14, use_cache=False)):
+        assert torch.equal(static[0], other[0])
+        assert torch.equal(static[1].tokens, other[1].tokens)
+        torch.testing.assert_close(static[1].scores, other[1].scores)
+        torch.testing.assert_close(static[1].log_probs, other[1].log_probs)
+
+
+def test_the_static_cache_writes_one_position_a_step_in_buffers_allocated_once():
+    model = _model(7)
+    src = torch.randint(4, 40, (2, 6))
+    memory = model.encode(src)
+    steps = StaticCacheSteps(model, memory, padding_mask(src, PAD), length=5)
+    prefix = torch.full((2, 1), BOS)
+    buffers = None
+    for t in range(1, 4):
+        logits = steps(prefix, t)
+        prefix = torch.cat([prefix, logits.argmax(-1, keepdim=True)], 1)
+        key = steps.cache[0][0].key
+        buffers = buffers or key.data_ptr()
+        assert key.shape == (2, 4, 5, 8) and key.data_ptr() == buffers
+        assert torch.all(key[:, :, t:] == 0) and torch.all(key[:, :, :t].abs().sum(-1) > 0)
+
+
+def test_static_cache_without_the_cache_is_refused():
+    model = _model(8)
+    with pytest.raises(ValueError, match="static_cache=True is a cache: it needs use_cache=True"):
+        greedy_decode(model, torch.randint(4, 40, (1, 4)), use_cache=False, static_cache=True)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("norm_first", [False, True])
+def test_cuda_graph_steps_give_the_growing_caches_tokens_and_scores(norm_first, monkeypatch):
+    """On CUDA the static cache's steps after the second are one replayed CUDA graph (counted);
+    in fp32 they choose the growing cache's tokens, with its scores."""
+    captures = []
+    capture = decoding._capture
+    monkeypatch.setattr(decoding, "_capture", lambda step: captures.append(1) or capture(step))
+    model = _model(9, norm_first=norm_first).cuda()
+    src = torch.randint(4, 40, (6, 9), device="cuda")
+    src[2, 4:] = PAD
+    graphs = _decodings(model, src, max_len=16)
+    assert len(captures) == 2  # one graph for greedy, one for beam search
+    growing = _decodings(model, src, max_len=16, static_cache=False)
+    assert torch.equal(graphs[0], growing[0])
+    assert torch.equal(graphs[1].tokens, growing[1].tokens)
+    torch.testing.assert_close(graphs[1].scores, growing[1].scores)
+
+
+@pytest.mark.gpu
+def test_cuda_graph_steps_under_bf16_autocast_stay_within_bf16s_rounding():
+    """Under autocast the graph records the casts; its log-probabilities are the growing cache's
+    within bf16's rounding (8 bits of mantissa) on the same tokens."""
+    model = _model(10).cuda()
+    src = torch.randint(4, 40, (6, 9), device="cuda")
+    with torch.autocast("cuda", dtype=torch.bfloat16):
+        graphs = beam_search(model, src, beam_size=4, max_len=12)
+        growing = beam_search(model, src, beam_size=4, max_len=12, static_cache=False)
+    same = (graphs.tokens == growing.tokens).all(-1)  # (batch, k): the same hypothesis
+    assert same.float().mean() >= 0.5
+    torch.testing.assert_close(graphs.log_probs[same], growing.log_probs[same], atol=0.1, rtol=0.02)

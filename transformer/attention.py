@@ -104,6 +104,15 @@ class KeyValueCache:
     def __len__(self) -> int:
         return self.steps
 
+    def append(self, key: Tensor, value: Tensor) -> tuple[Tensor, Tensor]:
+        """Add the new positions' keys and values (batch, h, new, d); returns all the
+        positions held."""
+        if self.key is not None:
+            key = torch.cat([self.key, key], 2)
+            value = torch.cat([self.value, value], 2)
+        self.key, self.value = key, value
+        return key, value
+
     def reorder(self, index: Tensor) -> None:
         """Keep the batch rows `index` (beam search: the hypotheses that survive a
         step)."""
@@ -199,10 +208,8 @@ class MultiHeadAttention(nn.Module):
             inputs = (query, key, value)
             q, k, v = (self._project(x, i, i) for i, x in enumerate(inputs))
         k, v = self._split_heads(k, self.d_k), self._split_heads(v, self.d_v)
-        if cache is not None:
-            if cache.key is not None:  # append the new positions
-                k, v = torch.cat([cache.key, k], 2), torch.cat([cache.value, v], 2)
-            cache.key, cache.value = k, v
+        if cache is not None:  # the new positions join those held
+            k, v = cache.append(k, v)
         return self._split_heads(q, self.d_k), k, v
 
     def _check_inputs(self, query: Tensor, key: Tensor, value: Tensor) -> None:

@@ -72,6 +72,9 @@ SMALL_DATA = {
     "numbers": {"vocab_size": 200, "max_tokens": 2000, "eval_every": 200},
     "text": {"vocab_size": 8000, "max_tokens": 4000, "eval_every": 400},
 }
+# a run of the tiny preset on real text on a CUDA device stops here unless told otherwise:
+# a budget in updates, the same on any GPU (the Results chapter shows how it was chosen)
+GPU_TEXT_STEPS = 16_000
 # the options that shape a new model over its preset's (a resumed run keeps its own)
 MODEL_OPTIONS = ("dropout", "attention_dropout", "activation_dropout", "norm_first")
 
@@ -219,7 +222,10 @@ def _add_model_options(group: argparse._ArgumentGroup) -> None:
 
 def _add_schedule_options(group: argparse._ArgumentGroup) -> None:
     group.add_argument(
-        "--max-steps", type=_number(int), help="stop after this many updates"
+        "--max-steps",
+        type=_number(int),
+        help="stop after this many updates (default: none, but "
+        f"{GPU_TEXT_STEPS} for real text on a CUDA GPU)",
     )
     group.add_argument(
         "--max-minutes", type=_number(float), help="stop after this much training time"
@@ -314,9 +320,13 @@ def _new_trainer(args: argparse.Namespace, given: dict) -> Trainer:
             **SMALL_DATA["text" if text else "numbers"],
         }
     if "max_steps" not in given and "max_minutes" not in given:
-        raise SystemExit(
-            "error: say when to stop: --max-steps N and/or --max-minutes M"
-        )
+        cuda = pick_device(given.get("device", "auto")).type == "cuda"
+        if not (text and preset == "tiny" and cuda):
+            raise SystemExit(
+                "error: say when to stop: --max-steps N and/or --max-minutes M (only "
+                f"real text on a CUDA GPU has a default: {GPU_TEXT_STEPS:,} steps)"
+            )
+        given = {**given, "max_steps": GPU_TEXT_STEPS}
     if "checkpoint_minutes" not in given and "checkpoint_every" not in given:
         # 15 checkpoints in all, 5 of them in the last third: the final model's average
         if "max_minutes" in given:

@@ -13,9 +13,9 @@ import torch.nn.functional as F
 from tokenizers import Tokenizer
 from torch import Tensor
 
-from transformer.attention import padding_mask
+from transformer.attention import KeyValueCache, padding_mask
 from transformer.data import BOS, EOS, PAD
-from transformer.model import Transformer
+from transformer.model import Transformer, to_autocast_dtype
 
 
 def _output_limits(
@@ -43,6 +43,31 @@ def _never_generated(logits: Tensor) -> Tensor:
     return logits.log_softmax(-1)
 
 
+class DecoderSteps:
+    """The decoder one step at a time for `rows` prefixes: steps(prefix (rows, t), t)
+    -> logits of the next token (rows, vocab). With the cache only the prefix's newest
+    token is fed; without it, the whole prefix."""
+
+    check_every = 1  # steps between the host's checks for the end (see StaticCacheSteps)
+
+    def __init__(
+        self, model: Transformer, memory: Tensor, memory_mask: Tensor, use_cache: bool
+    ):
+        self.model, self.memory, self.memory_mask = model, memory, memory_mask
+        self.cache = model.new_cache() if use_cache else None
+
+    def __call__(self, prefix: Tensor, t: int) -> Tensor:
+        tokens = prefix if self.cache is None else prefix[:, -1:]
+        return self.model.decode(
+            tokens, self.memory, self.memory_mask, self.cache, check_ids=False
+        )[:, -1]  # the ids are the decoder's own choices: no range check
+
+    def reorder(self, rows: Tensor) -> None:
+        """Continue from the prefixes `rows` (beam search's survivors)."""
+        for self_cache, _ in self.cache or ():
+            self_cache.reorder(rows)
+
+
 @torch.no_grad()
 def greedy_decode(
     model: Transformer,
@@ -50,28 +75,28 @@ def greedy_decode(
     max_len: int | None = None,
     use_cache: bool = True,
     extra_len: int = 50,
+    static_cache: bool | None = None,
 ) -> Tensor:
     """The most probable token at each step: src (batch, n) -> ids (batch, <= max_len).
 
     The output excludes <bos>; after a sentence's <eos> it holds <pad>. max_len defaults
     to each sentence's length + extra_len. use_cache=False recomputes the whole prefix
-    every step.
+    every step; static_cache (default: on CUDA) see StaticCacheSteps.
     """
     limits = _output_limits(model, src, max_len, extra_len)
+    longest = int(limits.max())
     memory, memory_mask = model.encode(src), padding_mask(src, model.config.pad_id)
-    cache = model.new_cache() if use_cache else None
+    steps = _decoder_steps(model, memory, memory_mask, longest, use_cache, static_cache)
     prefix = torch.full((src.size(0), 1), BOS, dtype=torch.long, device=src.device)
     finished = torch.zeros(src.size(0), dtype=torch.bool, device=src.device)
-    for t in range(1, int(limits.max()) + 1):
-        logits = model.decode(
-            prefix[:, -1:] if use_cache else prefix, memory, memory_mask, cache
-        )[:, -1]
-        token = _never_generated(logits).argmax(-1).masked_fill(finished, PAD)
+    for t in range(1, longest + 1):
+        token = _never_generated(steps(prefix, t)).argmax(-1).masked_fill(finished, PAD)
         prefix = torch.cat([prefix, token[:, None]], dim=1)
         finished |= (token == EOS) | (t >= limits)
-        if finished.all():
+        if t % steps.check_every == 0 and finished.all():
             break
-    return prefix[:, 1:]
+    used = int((prefix != PAD).any(0).nonzero().max())  # the steps after the end: <pad>
+    return prefix[:, 1 : used + 1]
 
 
 def length_penalty(length: int | Tensor, alpha: float = 0.6) -> float | Tensor:
@@ -143,12 +168,14 @@ def beam_search(
     use_cache: bool = True,
     on_step: Callable[[int, Tensor, Tensor], None] | None = None,
     extra_len: int = 50,
+    static_cache: bool | None = None,
 ) -> Hypotheses:
     """Beam search with GNMT's length penalty over src (batch, n), all sentences at
     once.
 
     max_len defaults to each sentence's length + extra_len. on_step(t, prefixes
     (batch, k, t), log-probabilities (batch, k)) sees the beam after every step.
+    static_cache (default: on CUDA): see StaticCacheSteps.
     """
     if beam_size < 1 or alpha < 0:
         raise ValueError(
@@ -160,18 +187,16 @@ def beam_search(
     longest = int(limits.max())
     memory_mask = padding_mask(src, model.config.pad_id).repeat_interleave(k, 0)
     memory = model.encode(src).repeat_interleave(k, 0)  # (batch * k, n, d_model)
-    cache = model.new_cache() if use_cache else None
+    steps = _decoder_steps(model, memory, memory_mask, longest, use_cache, static_cache)
+    check_every = 1 if on_step is not None else steps.check_every
     alive = torch.full((batch * k, 1), BOS, dtype=torch.long, device=device)
     alive_logp = torch.zeros(batch, k, device=device)
     alive_logp[:, 1:] = float("-inf")  # one empty hypothesis, not k copies
     done = Hypotheses.none(batch, k, longest, device)
     complete = torch.zeros(batch, dtype=torch.bool, device=device)
     for t in range(1, longest + 1):
-        logits = model.decode(
-            alive[:, -1:] if use_cache else alive, memory, memory_mask, cache
-        )[:, -1]
         top_logp, rows, token, sequences = _extend(
-            alive, alive_logp, _never_generated(logits), longest
+            alive, alive_logp, _never_generated(steps(alive, t)), longest
         )
         ended = (token == EOS) | (t >= limits)[:, None]
         ended_scores = (top_logp / length_penalty(t, alpha)).masked_fill(
@@ -181,13 +206,11 @@ def beam_search(
         alive_logp, keep = top_logp.masked_fill(ended, float("-inf")).topk(k, dim=1)
         best_possible = alive_logp[:, 0] / length_penalty(limits, alpha)
         complete |= (done.scores[:, 0] >= best_possible) | (t >= limits)
-        if complete.all():
+        if t % check_every == 0 and complete.all():
             break
         survivors = rows.gather(1, keep).flatten()  # the row each new prefix extends
         alive = torch.cat([alive[survivors], token.gather(1, keep).view(-1, 1)], 1)
-        if cache is not None:
-            for self_cache, _ in cache:
-                self_cache.reorder(survivors)
+        steps.reorder(survivors)
         if on_step is not None:
             on_step(t, alive[:, 1:].view(batch, k, t), alive_logp)
     used = int((done.tokens != PAD).any(1).any(0).nonzero().max()) + 1
@@ -268,10 +291,123 @@ def translate(
     return outputs
 
 
+class StaticKeyValueCache(KeyValueCache):
+    """A self-attention cache of `length` positions, allocated at the first step and
+    written in place at `position` (a tensor of one index): the same buffers at every
+    step. The positions not yet written must be masked out of the attention."""
+
+    def __init__(self, length: int, position: Tensor):
+        super().__init__()
+        self.length, self.position = length, position
+
+    def append(self, key: Tensor, value: Tensor) -> tuple[Tensor, Tensor]:
+        if self.key is None:  # (rows, h, length, d), in the projections' dtype
+            self.key = key.new_zeros(*key.shape[:2], self.length, key.size(3))
+            self.value = value.new_zeros(*value.shape[:2], self.length, value.size(3))
+        self.key.index_copy_(2, self.position, key)
+        self.value.index_copy_(2, self.position, value)
+        return self.key, self.value
+
+    def reorder(self, index: Tensor) -> None:
+        if self.key is not None:  # in place, so that a graph's buffers stay valid
+            self.key.copy_(self.key.index_select(0, index))
+            self.value.copy_(self.value.index_select(0, index))
+
+
+class StaticCacheSteps(DecoderSteps):
+    """Decoder steps on static caches of `length` positions; on CUDA, the steps after
+    the first are one CUDA graph, replayed."""
+
+    def __init__(
+        self, model: Transformer, memory: Tensor, memory_mask: Tensor, length: int
+    ):
+        super().__init__(model, memory, memory_mask, use_cache=False)
+        rows, device = memory.size(0), memory.device
+        self.position = torch.zeros(1, dtype=torch.long, device=device)
+        self.cache = [
+            (StaticKeyValueCache(length, self.position), KeyValueCache(static=True))
+            for _ in model.decoder.layers
+        ]
+        self.keys = torch.arange(length, device=device)
+        self.tokens = torch.full((rows, 1), BOS, dtype=torch.long, device=device)
+        self.rows, self.reorders = torch.arange(rows, device=device), False
+        self.graph, self.logits = None, None
+        self.cuda = device.type == "cuda"
+        if self.cuda:
+            self.check_every = 8
+
+    def _step(self) -> Tensor:
+        """One step from the inputs' buffers: the rows gathered, the token decoded."""
+        if self.reorders:
+            for self_cache, _ in self.cache:
+                self_cache.reorder(self.rows)
+        m = self.model
+        x = m.tgt_embed(self.tokens, check_ids=False)
+        x = m.tgt_positions(x, positions=self.position[:, None])
+        written = (self.keys <= self.position)[None, None, None, :]  # (1, 1, 1, length)
+        y = m.decoder(to_autocast_dtype(x), self.memory, self.memory_mask, self.cache,
+                      self_mask=written)
+        return m.output(y)[:, -1]
+
+    def __call__(self, prefix: Tensor, t: int) -> Tensor:
+        self.tokens.copy_(prefix[:, -1:])
+        self.position.fill_(t - 1)
+        if self.graph is not None:
+            self.graph.replay()
+            return self.logits
+        if t == 1 or not self.cuda:
+            return self._step()
+        logits = _on_side_stream(self._step)  # PyTorch's warm-up before a capture
+        self.graph, self.logits = _capture(self._step)  # for the steps after this one
+        return logits
+
+    def reorder(self, rows: Tensor) -> None:
+        self.rows.copy_(rows)  # gathered at the start of the next step
+        self.reorders = True
+
+
+def _on_side_stream(step: Callable[[], Tensor]) -> Tensor:
+    """step() run on a new CUDA stream, which the current stream then waits for."""
+    stream = torch.cuda.Stream()
+    stream.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(stream):
+        output = step()
+    torch.cuda.current_stream().wait_stream(stream)
+    return output
+
+
+def _capture(step: Callable[[], Tensor]) -> tuple[torch.cuda.CUDAGraph, Tensor]:
+    """step recorded as a CUDA graph, not run, and the tensor its replays write."""
+    graph = torch.cuda.CUDAGraph()
+    autocast = torch.is_autocast_enabled("cuda")
+    dtype = torch.get_autocast_dtype("cuda")
+    with torch.autocast("cuda", dtype, enabled=autocast, cache_enabled=False):
+        with torch.cuda.graph(graph):
+            output = step()
+    return graph, output
+
+
+def _decoder_steps(
+    model: Transformer, memory: Tensor, memory_mask: Tensor, length: int,
+    use_cache: bool, static_cache: bool | None,
+) -> DecoderSteps:
+    """The steps decoding asks for; static_cache defaults to on CUDA (with the cache)."""
+    if static_cache is None:
+        static_cache = use_cache and memory.device.type == "cuda"
+    if static_cache and not use_cache:
+        raise ValueError("static_cache=True is a cache: it needs use_cache=True")
+    if static_cache:
+        return StaticCacheSteps(model, memory, memory_mask, length)
+    return DecoderSteps(model, memory, memory_mask, use_cache)
+
+
 __all__ = [
+    'DecoderSteps',
     'greedy_decode',
     'length_penalty',
     'Hypotheses',
     'beam_search',
     'translate',
+    'StaticKeyValueCache',
+    'StaticCacheSteps',
 ]
