@@ -192,6 +192,12 @@ def main() -> None:
             same[key]["nn.Transformer greedy"] = sum(
                 a != r for a, r in zip(out["nn.Transformer greedy"], out["greedy, no cache"]))
             print(f"{key}: sentences that differ from the uncached decoder's: {same[key]}", flush=True)
+            if args.out:  # after every block, so that a run cut short leaves what it measured
+                write_report(args.out, {"batch_sizes": args.batch_sizes, "precisions": args.precisions,
+                                        "repeats": args.repeats, "complete": False,
+                                        "parameters": sum(p.numel() for p in model.parameters()),
+                                        "norm_first": model.config.norm_first, "results": results,
+                                        "differ_from_uncached": same}, device)
     bf16_changes = {
         f"batch {b}": {name: sum(a != r for a, r in zip(tokens["bf16", b][name], tokens["fp32", b][name]))
                        for name in decoders}
@@ -201,7 +207,7 @@ def main() -> None:
         print(f"sentences bf16 changes from fp32's: {bf16_changes}")
     if args.out:
         write_report(args.out, {"batch_sizes": args.batch_sizes, "precisions": args.precisions,
-                                "repeats": args.repeats,
+                                "repeats": args.repeats, "complete": True,
                                 "parameters": sum(p.numel() for p in model.parameters()),
                                 "norm_first": model.config.norm_first, "results": results,
                                 "differ_from_uncached": same, "bf16_changes": bf16_changes}, device)

@@ -22,12 +22,16 @@
 #       tinypre8k="--preset tiny --pre-ln --max-tokens 8192" \
 #       smallpre8k="--preset small --dropout 0.3 --pre-ln --max-tokens 8000" \
 #       basepre="--preset base --vocab-size 8000 --max-tokens 8000 --dropout 0.3 --pre-ln --warmup-steps 1000"
-#   bash benchmarks/gpu.sh decoding DATA RUN          # greedy and beam, cache or not, nn.Transformer
+#   bash benchmarks/gpu.sh decoding DATA RUN          # greedy and beam: no cache, growing, static (CUDA
+#                                                     # graphs), batches of 1/16/128, fp32 and bf16
+#   bash benchmarks/gpu.sh recipe DATA SEEDS...       # the plain lowercased train command (its GPU default:
+#                                                     # 16,000 updates), then evaluate; about 9 min a seed on
+#                                                     # one H200 (multi30k_en_de_lc_gpu_cut.json)
 #
 # DATA is the Multi30k folder (default ../shared/data/multi30k); results go to
 # benchmarks/results, logs and runs to runs/gpu.
 set -euo pipefail
-stage=${1:?stage: tests, throughput, packing, tuning, stream, ablation, bare, attention, profile, multi30k or decoding}
+stage=${1:?stage: tests, throughput, packing, tuning, stream, ablation, bare, attention, profile, multi30k, decoding or recipe}
 data=${2:-../shared/data/multi30k}
 logs=runs/gpu
 results=benchmarks/results
@@ -41,7 +45,7 @@ tests)
     # 175 s (12 passed, 1 still running), so give this stage 300 s or more
     workers=$(python -c "import xdist" 2>/dev/null && echo "-n 8" || true)
     python -m pytest -q -m gpu -p no:cacheprovider $workers tests/test_attention.py tests/test_model.py \
-        tests/test_trainer.py
+        tests/test_decoding.py tests/test_trainer.py
     ;;
 throughput)
     # the step users run, warm, at the paper's 25,000 tokens per update: on Multi30k and a
@@ -110,8 +114,17 @@ bare)
     done
     ;;
 profile)
+    # profile_gpu_base.json: padded batches of the generated corpus, at an older commit; then the
+    # packed Multi30k step as shipped (not yet measured)
     python benchmarks/profile_step.py --device cuda --preset base --max-tokens 25000 --pairs 10000 \
         --warmup 15 --steps 5 --json "$results/profile_gpu_base.json"
+    python benchmarks/profile_step.py --device cuda --preset base --data "$data" --vocab-size 8000 \
+        --pack-length 128 --warmup 20 --steps 5 --json "$results/profile_gpu_base_packed.json"
+    ;;
+recipe)
+    shift $(( $# < 2 ? $# : 2 ))
+    python benchmarks/cli_runs.py --seeds "${@:-0}" --data "$data" --src en --tgt de --runs "$logs/lc" \
+        --out "$results/multi30k_en_de_lc_gpu.json" -- --lowercase
     ;;
 multi30k)
     # Recipes trained at once on the one GPU, each NAME=FLAGS (FLAGS added to train's); each gets
@@ -140,11 +153,12 @@ multi30k)
     ;;
 decoding)
     run=${3:?the training folder whose newest checkpoint is decoded}
-    python benchmarks/decoding_speed.py --checkpoint "$run" --data "$data" --sentences 1000 --batch-size 64 \
-        --device cuda --out "$results/decoding_gpu.json"
+    # about 4 minutes on one H200 (the first try, with a 200-second limit, reached bf16 at batch 16)
+    python benchmarks/decoding_speed.py --checkpoint "$run" --data "$data" --device cuda \
+        --out "$results/decoding_gpu_static_cache.json"
     ;;
 *)
-    echo "unknown stage $stage: expected tests, throughput, packing, tuning, stream, ablation, bare, attention, profile, multi30k or decoding" >&2
+    echo "unknown stage $stage: expected tests, throughput, packing, tuning, stream, ablation, bare, attention, profile, multi30k, decoding or recipe" >&2
     exit 2
     ;;
 esac

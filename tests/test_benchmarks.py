@@ -30,7 +30,7 @@ def test_decoding_speed_compares_every_decoder_with_the_uncached_one(tmp_path):
     assert result.returncode == 0, result.stderr
     report = json.loads(out.read_text())
     measured = report["results"]["fp32, batch 2"]
-    assert measured["sentences"] == 2
+    assert measured["sentences"] == 2 and report["complete"] is True
     decoders = {f"{search}, {cache}" for search in ("greedy", "beam 4")
                 for cache in ("no cache", "growing cache", "static cache")} | {"nn.Transformer greedy"}
     assert set(measured) - {"sentences"} == decoders

@@ -72,8 +72,8 @@ SMALL_DATA = {
     "numbers": {"vocab_size": 200, "max_tokens": 2000, "eval_every": 200},
     "text": {"vocab_size": 8000, "max_tokens": 4000, "eval_every": 400},
 }
-# a run of the tiny preset on real text on a CUDA device stops here unless told otherwise:
-# a budget in updates, the same on any GPU (the Results chapter shows how it was chosen)
+# the tiny preset on real text on a CUDA device stops here unless told otherwise: a
+# budget in updates, the same on any GPU (the Results chapter says how it was chosen)
 GPU_TEXT_STEPS = 16_000
 # the options that shape a new model over its preset's (a resumed run keeps its own)
 MODEL_OPTIONS = ("dropout", "attention_dropout", "activation_dropout", "norm_first")

@@ -48,7 +48,7 @@ class DecoderSteps:
     -> logits of the next token (rows, vocab). With the cache only the prefix's newest
     token is fed; without it, the whole prefix."""
 
-    check_every = 1  # steps between the host's checks for the end (see StaticCacheSteps)
+    check_every = 1  # steps between the host's checks for the end: StaticCacheSteps
 
     def __init__(
         self, model: Transformer, memory: Tensor, memory_mask: Tensor, use_cache: bool
@@ -391,7 +391,7 @@ def _decoder_steps(
     model: Transformer, memory: Tensor, memory_mask: Tensor, length: int,
     use_cache: bool, static_cache: bool | None,
 ) -> DecoderSteps:
-    """The steps decoding asks for; static_cache defaults to on CUDA (with the cache)."""
+    """The steps decoding asks for; static_cache defaults to on CUDA, with a cache."""
     if static_cache is None:
         static_cache = use_cache and memory.device.type == "cuda"
     if static_cache and not use_cache:
