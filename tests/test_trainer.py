@@ -27,7 +27,6 @@ from transformer import (
     load_model,
     save_checkpoint,
     evaluate,
-    train_once,
 )
 from transformer.trainer import (
     Clock,
@@ -38,6 +37,7 @@ from transformer.trainer import (
     newest_checkpoints,
     output_loss,
     rank_sampler,
+    train_once,
     training_checkpoint,
 )
 

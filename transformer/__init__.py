@@ -52,8 +52,6 @@ from .model import (
 from .trainer import (
     Trainer,
     TrainingConfig,
-    train_once,
-    small_number_run,
     save_checkpoint,
     load_checkpoint,
     load_model,
@@ -75,8 +73,6 @@ __all__ = [
     'label_smoothed_loss',
     'Trainer',
     'TrainingConfig',
-    'train_once',
-    'small_number_run',
     'save_checkpoint',
     'load_checkpoint',
     'load_model',

@@ -35,9 +35,9 @@ def _output_limits(
     return (lengths + extra_len).clamp(max=model.config.max_len)
 
 
-def _never_generated(logits: Tensor) -> Tensor:
-    """Log-probabilities with <pad> and <bos> excluded (they are inputs, never
-    outputs)."""
+def next_token_log_probs(logits: Tensor) -> Tensor:
+    """The decoder's logits of a step (rows, vocab) -> log-probabilities of the next
+    token, with <pad> and <bos> excluded (they are inputs, never outputs)."""
     logits = logits.float()
     logits[:, [PAD, BOS]] = float("-inf")
     return logits.log_softmax(-1)
@@ -90,7 +90,8 @@ def greedy_decode(
     prefix = torch.full((src.size(0), 1), BOS, dtype=torch.long, device=src.device)
     finished = torch.zeros(src.size(0), dtype=torch.bool, device=src.device)
     for t in range(1, longest + 1):
-        token = _never_generated(steps(prefix, t)).argmax(-1).masked_fill(finished, PAD)
+        token = next_token_log_probs(steps(prefix, t)).argmax(-1)
+        token = token.masked_fill(finished, PAD)  # a finished sentence gets <pad>
         prefix = torch.cat([prefix, token[:, None]], dim=1)
         finished |= (token == EOS) | (t >= limits)
         if t % steps.check_every == 0 and finished.all():
@@ -196,7 +197,7 @@ def beam_search(
     complete = torch.zeros(batch, dtype=torch.bool, device=device)
     for t in range(1, longest + 1):
         top_logp, rows, token, sequences = _extend(
-            alive, alive_logp, _never_generated(steps(alive, t)), longest
+            alive, alive_logp, next_token_log_probs(steps(alive, t)), longest
         )
         ended = (token == EOS) | (t >= limits)[:, None]
         ended_scores = (top_logp / length_penalty(t, alpha)).masked_fill(
@@ -218,7 +219,7 @@ def beam_search(
     return done
 
 
-def _encode_sources(
+def encode_sources(
     tokenizer: Tokenizer, sentences: Sequence[str], max_len: int
 ) -> list[list[int]]:
     """Token ids + <eos> of each sentence, cut to max_len tokens (with a warning)."""
@@ -266,7 +267,7 @@ def translate(
     was_training = model.training
     model.eval()
     device = next(model.parameters()).device
-    encoded = _encode_sources(tokenizer, sentences, model.config.max_len)
+    encoded = encode_sources(tokenizer, sentences, model.config.max_len)
     order = sorted(range(len(encoded)), key=lambda i: len(encoded[i]))
     outputs: list[str] = [""] * len(encoded)
     for start in range(0, len(order), batch_size):
@@ -402,11 +403,13 @@ def _decoder_steps(
 
 
 __all__ = [
+    'next_token_log_probs',
     'DecoderSteps',
     'greedy_decode',
     'length_penalty',
     'Hypotheses',
     'beam_search',
+    'encode_sources',
     'translate',
     'StaticKeyValueCache',
     'StaticCacheSteps',

@@ -21,7 +21,7 @@ from torch import Tensor, nn
 
 from transformer.attention import KeyValueCache, padding_mask
 from transformer.data import BOS, EOS, PAD, lowercases
-from transformer.decoding import _encode_sources, _never_generated, length_penalty
+from transformer.decoding import encode_sources, next_token_log_probs, length_penalty
 from transformer.model import Transformer
 from transformer.utils import __version__
 
@@ -86,7 +86,7 @@ class StepGraph(nn.Module):
             for hook in hooks:
                 hook.remove()
         present = [t for own, _ in cache for t in (own.key, own.value)]
-        return (_never_generated(logits[:, -1]), weights[0][:, :, -1], *present)
+        return (next_token_log_probs(logits[:, -1]), weights[0][:, :, -1], *present)
 
 
 def _graph_names(n_layers: int) -> dict[str, list[str]]:
@@ -266,7 +266,7 @@ class OnnxTranslator:
     ) -> list[str]:
         """Translations of `sentences`, in their order: greedy (beam_size=1), or
         beam search (see beam)."""
-        encoded = _encode_sources(self.tokenizer, sentences, self.meta["max_len"])
+        encoded = encode_sources(self.tokenizer, sentences, self.meta["max_len"])
         if beam_size == 1:
             return [self.tokenizer.decode(self.greedy(ids)[0]) for ids in encoded]
         return [self.tokenizer.decode(self.beam(ids, beam_size, alpha)[0])
