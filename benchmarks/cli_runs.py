@@ -34,7 +34,7 @@ import time
 from pathlib import Path
 
 from report import spread, write_report
-from transformer.trainer import newest_checkpoints
+from transformer.checkpoints import newest_checkpoints
 
 REPO = Path(__file__).resolve().parent.parent
 

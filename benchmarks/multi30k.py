@@ -35,7 +35,7 @@ from transformer import (
     load_model,
     tokenized_bleu,
 )
-from transformer.trainer import load_checkpoint
+from transformer.checkpoints import load_checkpoint
 
 # colour words of image captions: English name -> pattern of its forms in the target language
 COLOURS = {

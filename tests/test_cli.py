@@ -12,7 +12,7 @@ import torch
 
 from transformer import cli
 from transformer.cli import main
-from transformer.trainer import load_checkpoint
+from transformer.checkpoints import load_checkpoint
 
 
 def test_python_m_transformer_runs_the_command_line():

@@ -2,27 +2,19 @@
 
 import pytest
 import sacrebleu
-import torch
 
 from transformer import (
     Trainer,
     TrainingConfig,
     TransformerConfig,
-    average_checkpoints,
     corpus_bleu,
     corpus_chrf,
     evaluate,
     exact_match,
-    final_model,
-    last_checkpoints,
-    load_checkpoint,
     load_corpus,
-    load_model,
-    save_checkpoint,
     tokenized_bleu,
     train_tokenizer,
 )
-from transformer.evaluation import write_final_model
 
 TINY = TransformerConfig(d_model=32, n_heads=4, d_ff=64, n_layers=1, dropout=0.0)
 
@@ -77,43 +69,6 @@ def test_bleu_and_exact_match_reject_unpaired_lists():
     assert exact_match(["a", "b", "c"], ["a", "x", "c"]) == pytest.approx(2 / 3)
 
 
-def test_averaging_equal_checkpoints_returns_the_same_weights(tiny_corpus, tmp_path):
-    trainer = _run(tiny_corpus, tmp_path / "run", steps=1)
-    path = last_checkpoints(tmp_path / "run", 1)[0]
-    averaged = average_checkpoints([path, path, path])
-    for name, weight in trainer.model.state_dict().items():
-        assert torch.equal(averaged["model"][name], weight), name
-
-
-def test_averaging_is_the_mean_and_loads_as_a_model(tiny_corpus, tmp_path):
-    _run(tiny_corpus, tmp_path / "run", steps=4)
-    paths = last_checkpoints(tmp_path / "run", 3)
-    assert [p.name for p in paths] == ["checkpoint-00000002.pt", "checkpoint-00000003.pt", "checkpoint-00000004.pt"]
-    weights = [torch.load(p, weights_only=True)["model"] for p in paths]
-    averaged = average_checkpoints(paths)
-    for name in weights[0]:
-        torch.testing.assert_close(averaged["model"][name], sum(w[name] for w in weights) / 3)
-    assert not torch.equal(averaged["model"]["encoder.layers.0.feed_forward.w_1.weight"],
-                           weights[-1]["encoder.layers.0.feed_forward.w_1.weight"])
-    save_checkpoint(averaged, tmp_path / "average.pt")
-    model, _ = load_model(tmp_path / "average.pt")
-    for name, weight in model.state_dict().items():
-        assert torch.equal(weight, averaged["model"][name]), name
-    with pytest.raises(ValueError, match="weights only"):
-        Trainer.resume(tmp_path / "average.pt")
-
-
-def test_averaging_refuses_checkpoints_of_different_runs(tiny_corpus, tmp_path):
-    _run(tiny_corpus, tmp_path / "a", steps=1)
-    _run(tiny_corpus, tmp_path / "b", steps=1, vocab_size=50)
-    with pytest.raises(ValueError, match="only checkpoints of one training run"):
-        average_checkpoints([last_checkpoints(tmp_path / "a", 1)[0], last_checkpoints(tmp_path / "b", 1)[0]])
-    with pytest.raises(ValueError, match="asked for the last 5 checkpoints"):
-        last_checkpoints(tmp_path / "a", 5)
-    with pytest.raises(ValueError, match="at least one"):
-        average_checkpoints([])
-
-
 def test_evaluate_scores_the_translations_it_returns(tiny_corpus, tmp_path):
     trainer = _run(tiny_corpus, tmp_path / "run", steps=2)
     pairs = load_corpus(str(tiny_corpus)).splits["val"]
@@ -131,40 +86,6 @@ def test_evaluate_scores_the_translations_it_returns(tiny_corpus, tmp_path):
     assert "lowercased tokenized BLEU" in str(scores)
     with pytest.raises(ValueError, match="at least one"):
         evaluate(trainer.model, trainer.data.tokenizer, [])
-
-
-def _fake_checkpoints(folder, steps):
-    """Weights-only checkpoints of one run whose single weight equals the step."""
-    for step in steps:
-        state = {"model_config": {}, "tokenizer": "t", "model": {"w": torch.tensor([float(step)])}, "step": step}
-        save_checkpoint(state, folder / f"checkpoint-{step:08d}.pt")
-
-
-def test_final_model_averages_the_newest_checkpoints_of_the_last_third(tmp_path):
-    _fake_checkpoints(tmp_path, [200, 400, 600, 800, 1000, 1200])
-    path, note = write_final_model(tmp_path, n=5)
-    # the last third of 1200 steps starts at step 800: mean of 800, 1000, 1200
-    assert path.name == "checkpoint_average.pt" and load_checkpoint(path)["model"]["w"].item() == 1000
-    assert "800, 1000, 1200" in note
-    assert sorted(p.name for p in tmp_path.iterdir())[-1] == path.name, "lists after the checkpoints"
-    assert final_model(tmp_path) == path
-    assert load_checkpoint(write_final_model(tmp_path, n=2)[0])["model"]["w"].item() == 1100, "newest 2"
-    _fake_checkpoints(tmp_path, [1400])  # the run resumed: the average is stale
-    assert final_model(tmp_path).name == "checkpoint-00001400.pt"
-
-
-def test_final_model_is_the_newest_checkpoint_when_nothing_can_be_averaged(tmp_path):
-    _fake_checkpoints(tmp_path, [100, 1000])
-    path, note = write_final_model(tmp_path)
-    assert path.name == "checkpoint-00001000.pt" and "fewer than 2" in note
-    assert not (tmp_path / "checkpoint_average.pt").exists() and final_model(tmp_path) == path
-    _fake_checkpoints(tmp_path, [800, 900])
-    write_final_model(tmp_path)
-    path, note = write_final_model(tmp_path, n=1)
-    assert path.name == "checkpoint-00001000.pt" and "off" in note
-    assert not (tmp_path / "checkpoint_average.pt").exists(), "a stale average is removed"
-    with pytest.raises(FileNotFoundError, match="no checkpoint"):
-        write_final_model(tmp_path / "empty")
 
 
 def test_lowercased_scores_equal_sacrebleus_lowercase_and_a_hand_lowercased_call():

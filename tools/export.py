@@ -32,7 +32,7 @@ PACKAGE_DOC = '''"""The Transformer of "Attention Is All You Need" (Vaswani et a
 
 Each module is generated from one chapter of the book (see the first line of each
 file). The package exposes what a user calls; everything else is imported from its
-module (`from transformer.trainer import folder_lock`).
+module (`from transformer.checkpoints import folder_lock`).
 """
 '''
 

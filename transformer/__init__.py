@@ -2,7 +2,7 @@
 
 Each module is generated from one chapter of the book (see the first line of each
 file). The package exposes what a user calls; everything else is imported from its
-module (`from transformer.trainer import folder_lock`).
+module (`from transformer.checkpoints import folder_lock`).
 """
 
 from .utils import __version__
@@ -13,6 +13,14 @@ from .attention import (
 from .attention_maps import (
     attention_weights,
     plot_attention,
+)
+from .checkpoints import (
+    save_checkpoint,
+    load_checkpoint,
+    load_model,
+    average_checkpoints,
+    last_checkpoints,
+    final_model,
 )
 from .cli import (
     main,
@@ -35,9 +43,6 @@ from .deploy import (
     OnnxTranslator,
 )
 from .evaluation import (
-    average_checkpoints,
-    last_checkpoints,
-    final_model,
     evaluate,
     Scores,
     corpus_bleu,
@@ -52,9 +57,6 @@ from .model import (
 from .trainer import (
     Trainer,
     TrainingConfig,
-    save_checkpoint,
-    load_checkpoint,
-    load_model,
 )
 from .training import (
     learning_rate,

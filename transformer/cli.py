@@ -6,7 +6,6 @@ from __future__ import annotations
 import argparse
 import json
 import math
-import os
 import sys
 from collections.abc import Callable
 from dataclasses import asdict, fields
@@ -14,28 +13,29 @@ from pathlib import Path
 
 from tqdm import tqdm
 
+from transformer.checkpoints import (
+    average_checkpoints,
+    check_output_folder,
+    final_model,
+    last_checkpoints,
+    load_checkpoint,
+    load_model,
+    newest_checkpoints,
+    save_checkpoint,
+    write_atomically,
+    write_final_model,
+)
 from transformer.data import load_corpus, lowercases, prepare_data
 from transformer.decoding import translate
 from transformer.deploy import export_onnx
-from transformer.evaluation import (
-    average_checkpoints,
-    evaluate,
-    final_model,
-    last_checkpoints,
-    write_final_model,
-)
+from transformer.evaluation import evaluate
 from transformer.model import TransformerConfig
 from transformer.trainer import (
     Trainer,
     TrainingConfig,
-    check_output_folder,
     init_distributed,
-    load_checkpoint,
-    load_model,
     model_and_data,
-    newest_checkpoints,
     pick_device,
-    save_checkpoint,
 )
 from transformer.utils import __version__
 
@@ -506,13 +506,9 @@ def _checkpoint(path: str) -> Path:
     return final_model(path) if Path(path).is_dir() else Path(path)
 
 
-def _write_atomically(path: str, lines: list[str]) -> None:
-    temporary = Path(path + ".tmp")
-    try:
-        temporary.write_text("".join(line + "\n" for line in lines), encoding="utf-8")
-        os.replace(temporary, path)
-    finally:
-        temporary.unlink(missing_ok=True)
+def _write_lines(path: str, lines: list[str]) -> None:
+    text = "".join(line + "\n" for line in lines).encode("utf-8")
+    write_atomically(path, lambda file: file.write(text))
 
 
 def _lines(data: bytes, source: str) -> list[str]:
@@ -554,7 +550,7 @@ def _translate(args: argparse.Namespace) -> int:
                             args.batch_size, bar.update)
     outputs = [" ".join(line.splitlines()) for line in outputs]  # one line each
     if args.output:
-        _write_atomically(args.output, outputs)
+        _write_lines(args.output, outputs)
     else:
         sys.stdout.writelines(line + "\n" for line in outputs)
     return 0
@@ -599,7 +595,7 @@ def _evaluate(args: argparse.Namespace) -> int:
             tgt_lang=tgt_lang,
         )
     if args.output:
-        _write_atomically(args.output, hypotheses)
+        _write_lines(args.output, hypotheses)
     if args.json:
         record = {
             "checkpoint": str(path),

@@ -8,7 +8,6 @@ import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from importlib.metadata import version
-from pathlib import Path
 
 from sacrebleu.metrics import BLEU, CHRF
 from sacremoses import MosesPunctNormalizer, MosesTokenizer
@@ -17,7 +16,6 @@ from tokenizers import Tokenizer
 from transformer.data import lowercases
 from transformer.decoding import translate
 from transformer.model import Transformer
-from transformer.trainer import load_checkpoint, newest_checkpoints, save_checkpoint
 
 
 def _check_pairs(hypotheses: Sequence[str], references: Sequence[str]) -> None:
@@ -81,85 +79,6 @@ def tokenized_bleu(
     )
     steps = f"lc|moses-norm+tok:{lang}|sacremoses:{version('sacremoses')}"
     return score.score, f"{steps}|{metric.get_signature()}"
-
-
-def last_checkpoints(folder: str | Path, n: int) -> list[Path]:
-    """The newest n checkpoint-STEP.pt files of a training run's folder, oldest
-    first."""
-    found = sorted(Path(folder).glob("checkpoint-*.pt"))
-    if n < 1 or len(found) < n:
-        raise ValueError(
-            f"asked for the last {n} checkpoints of {folder}; it holds {len(found)}"
-        )
-    return found[-n:]
-
-
-def average_checkpoints(paths: Sequence[str | Path]) -> dict:
-    """The element-wise mean of the model weights of checkpoints of one run (§6.1)."""
-    if not paths:
-        raise ValueError("average_checkpoints needs at least one checkpoint")
-    first = load_checkpoint(paths[0])
-    total = {name: w.double() for name, w in first["model"].items()}
-    last = first
-    for path in paths[1:]:
-        state = last = load_checkpoint(path)
-        if (state["model_config"], state["tokenizer"]) != (
-            first["model_config"],
-            first["tokenizer"],
-        ):
-            raise ValueError(
-                f"{path} has another model configuration or tokenizer than {paths[0]}: "
-                "only checkpoints of one training run can be averaged"
-            )
-        for name, w in state["model"].items():
-            total[name] += w.double()
-    return {
-        "model_config": first["model_config"],
-        "tokenizer": first["tokenizer"],
-        "model": {
-            name: (w / len(paths)).to(first["model"][name].dtype)
-            for name, w in total.items()
-        },
-        "step": last["step"],
-        # the run's settings, as its last checkpoint has them (evaluate reads its data)
-        "training_config": last.get("training_config"),
-        "averaged_from": [str(p) for p in paths],
-    }
-
-
-AVERAGE = "checkpoint_average.pt"
-
-
-def write_final_model(folder: str | Path, n: int = 5) -> tuple[Path, str]:
-    """Average the newest n checkpoints of the last third of a run into
-    folder/AVERAGE. Returns the final model's path and a line saying which checkpoints
-    went in, or why the newest checkpoint is the final model."""
-    found = sorted(Path(folder).glob("checkpoint-*.pt"))
-    if not found:
-        raise FileNotFoundError(f"no checkpoint-STEP.pt in {folder}")
-    step = {path: int(path.stem.removeprefix("checkpoint-")) for path in found}
-    late = [path for path in found if 3 * step[path] >= 2 * step[found[-1]]][-n:]
-    if n < 2 or len(late) < 2:
-        (Path(folder) / AVERAGE).unlink(missing_ok=True)
-        why = (
-            "averaging is off" if n < 2 else "fewer than 2 in the last third of the run"
-        )
-        return found[-1], f"final model: {found[-1].name} ({why})"
-    path = save_checkpoint(average_checkpoints(late), Path(folder) / AVERAGE)
-    steps = ", ".join(str(step[p]) for p in late)
-    note = f"final model: {AVERAGE}, the average of the checkpoints of steps {steps}"
-    return path, note
-
-
-def final_model(folder: str | Path) -> Path:
-    """The model a run folder stands for: its average, if no checkpoint is newer (or
-    none is left: deleted to save space)."""
-    average = Path(folder) / AVERAGE
-    newest = newest_checkpoints(folder, 1)  # none or one
-    if average.is_file() and all(average.stat().st_mtime >= p.stat().st_mtime
-                                 for p in newest):
-        return average
-    return last_checkpoints(folder, 1)[0]  # raises, naming the folder, if it has none
 
 
 @dataclass
@@ -239,10 +158,6 @@ __all__ = [
     'corpus_chrf',
     'exact_match',
     'tokenized_bleu',
-    'last_checkpoints',
-    'average_checkpoints',
-    'write_final_model',
-    'final_model',
     'Scores',
     'evaluate',
 ]

@@ -27,6 +27,14 @@ from tokenizers import Tokenizer
 from torch import Tensor, nn
 from tqdm import tqdm
 
+from transformer.checkpoints import (
+    check_output_folder,
+    folder_lock,
+    newest_checkpoints,
+    save_checkpoint,
+    training_checkpoint,
+    write_atomically,
+)
 from transformer.data import (
     PAD,
     Batch,
@@ -40,152 +48,6 @@ from transformer.data import (
 )
 from transformer.model import Transformer, TransformerConfig
 from transformer.training import label_smoothed_loss, make_optimizer
-
-
-CHECKPOINT_FORMAT = "transformer-checkpoint-v1"
-
-
-def save_checkpoint(state: dict, path: str | Path) -> Path:
-    """Write `state` atomically and durably: to PATH.tmp, synced, renamed to PATH."""
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    temporary = path.with_name(path.name + ".tmp")
-    try:
-        with open(temporary, "wb") as file:
-            torch.save({"format": CHECKPOINT_FORMAT, **state}, file)
-            file.flush()
-            os.fsync(file.fileno())  # the bytes on the disk before the name
-        os.replace(temporary, path)
-        folder = os.open(path.parent, os.O_RDONLY)
-        try:
-            os.fsync(folder)  # and the new name
-        finally:
-            os.close(folder)
-    except (
-        OSError,
-        RuntimeError,
-    ) as error:  # torch reports a full disk as RuntimeError
-        raise OSError(
-            f"could not write {path} ({error}); "
-            "the checkpoints written before it are intact"
-        ) from error
-    finally:
-        temporary.unlink(missing_ok=True)
-    return path
-
-
-def load_checkpoint(
-    path: str | Path, map_location: str | torch.device = "cpu", mmap: bool = False
-) -> dict:
-    """Read a checkpoint written by save_checkpoint, unpickling no arbitrary objects.
-    mmap: map its tensors from the file instead of reading them (cheap when only its
-    settings are wanted)."""
-    path = Path(path)
-    if not path.is_file():
-        raise FileNotFoundError(f"checkpoint {path} does not exist")
-    try:
-        state = torch.load(
-            path, map_location=map_location, weights_only=True, mmap=mmap
-        )
-    except Exception as error:  # a truncated zip, a foreign pickle, ...: all unreadable
-        # torch's first sentence, or the error's name where it says nothing (EOFError)
-        reason = (str(error).splitlines() or [type(error).__name__])[0].split(". ")[0]
-        raise ValueError(
-            f"{path} is not a readable checkpoint (truncated or corrupt?): {reason}"
-        ) from error
-    if not isinstance(state, dict) or state.get("format") != CHECKPOINT_FORMAT:
-        found = sorted(state)[:5] if isinstance(state, dict) else type(state).__name__
-        raise ValueError(
-            f"{path} is not a transformer checkpoint "
-            f"(expected format {CHECKPOINT_FORMAT!r}); found {found}"
-        )
-    return state
-
-
-def load_model(
-    path: str | Path, device: str | torch.device = "cpu"
-) -> tuple[Transformer, Tokenizer]:
-    """The model (in eval mode) and tokenizer of a checkpoint."""
-    state = load_checkpoint(path, device)
-    model = Transformer(TransformerConfig(**state["model_config"]))
-    model.load_state_dict(state["model"])
-    return model.to(device).eval(), Tokenizer.from_str(state["tokenizer"])
-
-
-def newest_checkpoints(folder: str | Path, n: int | None = None) -> list[Path]:
-    """The newest `n` (default: all) checkpoint-STEP.pt of a run's folder, oldest
-    first."""
-    found = sorted(Path(folder).glob("checkpoint-*.pt"))
-    return found if n is None else found[max(len(found) - n, 0):]
-
-
-def training_checkpoint(path: str | Path) -> tuple[dict, Path]:
-    """The state of a checkpoint to resume (`path`, or the newest one in the folder
-    `path`) and its path."""
-    path = Path(path)
-    if path.is_dir():
-        found = newest_checkpoints(path, 1)
-        if not found:
-            raise FileNotFoundError(f"no checkpoint-*.pt in {path}")
-        path = found[0]
-    state = load_checkpoint(path)
-    if "optimizer" not in state:
-        raise ValueError(
-            f"{path} holds model weights only (an average of checkpoints?); it can "
-            "translate and be evaluated, but a run resumes from a checkpoint of "
-            "training"
-        )
-    return state, path
-
-
-def check_output_folder(
-    out: Path, own: bool = False, overwrite: bool = False, remove: bool = False
-) -> None:
-    """Raise unless `out` can hold this run's files: not a file, writable, and without
-    another run's checkpoints or metrics (own: this run resumes from `out`). With
-    overwrite and remove, another run's files are deleted."""
-    if out.exists() and not out.is_dir():
-        raise NotADirectoryError(f"the output folder {out} is a file")
-    existing = next(p for p in [out, *out.parents] if p.exists())  # made later if new
-    if not existing.is_dir() or not os.access(existing, os.W_OK | os.X_OK):
-        raise PermissionError(f"the output folder {out} cannot be written ({existing})")
-    # checkpoint-STEP.pt (and a .tmp left by a crash), the final model
-    # checkpoint_average.pt, the metrics
-    found = sorted(out.glob("checkpoint[-_]*.pt*")) + sorted(out.glob("metrics.jsonl"))
-    if found and not own and not overwrite:
-        raise FileExistsError(
-            f"{out} holds another run's files "
-            f"({', '.join(p.name for p in found[-2:])}, {len(found)} in all): "
-            f"continue it with --resume {out}, choose another --out, "
-            "or give --overwrite to delete them first"
-        )
-    if found and not own and remove:
-        for path in found:
-            path.unlink()
-
-
-@contextlib.contextmanager
-def folder_lock(out: Path) -> Iterator[None]:
-    """Hold an exclusive lock on out/.lock (POSIX flock), or raise BlockingIOError
-    naming the process that holds it."""
-    import fcntl  # POSIX only: the lock is where the run is, on Linux and macOS
-
-    with open(out / ".lock", "a+") as file:
-        try:
-            fcntl.flock(file, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
-            file.seek(0)
-            raise BlockingIOError(
-                f"another run (process {file.read().strip() or '?'}) "
-                f"is training in {out}"
-            ) from None
-        file.truncate(0)
-        file.write(f"{os.getpid()}\n")
-        file.flush()
-        try:
-            yield
-        finally:
-            fcntl.flock(file, fcntl.LOCK_UN)
 
 
 def pick_device(device: str = "auto") -> torch.device:
@@ -551,8 +413,7 @@ def forget_metrics_after(out: Path, step: int) -> None:
     lines = metrics.read_text(encoding="utf-8").splitlines(keepends=True)
     kept = [x for x in lines if x.endswith("\n") and json.loads(x)["step"] <= step]
     if kept != lines:
-        metrics.with_name("metrics.jsonl.tmp").write_text("".join(kept))
-        metrics.with_name("metrics.jsonl.tmp").replace(metrics)
+        write_atomically(metrics, lambda file: file.write("".join(kept).encode()))
 
 
 @contextlib.contextmanager
@@ -1010,8 +871,7 @@ def train_once(
     trainer = Trainer.from_config(model_config, config, out, overwrite=True)
     result = trainer.fit(progress)
     if "interrupted" not in result:  # written last: a run cut short is trained again
-        record.with_suffix(".tmp").write_text(json.dumps(result))
-        record.with_suffix(".tmp").replace(record)
+        write_atomically(record, lambda file: file.write(json.dumps(result).encode()))
     return trainer, result
 
 
@@ -1038,13 +898,6 @@ def small_number_run() -> tuple[TransformerConfig, TrainingConfig]:
 
 
 __all__ = [
-    'save_checkpoint',
-    'load_checkpoint',
-    'load_model',
-    'newest_checkpoints',
-    'training_checkpoint',
-    'check_output_folder',
-    'folder_lock',
     'pick_device',
     'cpu_bf16_speedup',
     'check_precision',
