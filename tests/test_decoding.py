@@ -255,10 +255,15 @@ def test_the_static_cache_writes_one_position_a_step_in_buffers_allocated_once()
         assert torch.all(key[:, :, t:] == 0) and torch.all(key[:, :, :t].abs().sum(-1) > 0)
 
 
-def test_static_cache_without_the_cache_is_refused():
-    model = _model(8)
+def test_static_cache_without_the_cache_or_beyond_max_len_is_refused():
+    model = _model(8, max_len=16)
+    src = torch.randint(4, 40, (1, 4))
     with pytest.raises(ValueError, match="static_cache=True is a cache: it needs use_cache=True"):
-        greedy_decode(model, torch.randint(4, 40, (1, 4)), use_cache=False, static_cache=True)
+        greedy_decode(model, src, use_cache=False, static_cache=True)
+    with pytest.raises(ValueError, match="max_len=16 positions; outputs of up to 20 tokens"):
+        greedy_decode(model, src, max_len=20, static_cache=True)
+    # by default a longer output decodes with the growing cache, whose table grows
+    assert greedy_decode(model, src, max_len=20).size(1) <= 20
 
 
 @pytest.mark.gpu

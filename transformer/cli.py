@@ -225,7 +225,7 @@ def _add_schedule_options(group: argparse._ArgumentGroup) -> None:
         "--max-steps",
         type=_number(int),
         help="stop after this many updates (default: none, but "
-        f"{GPU_TEXT_STEPS} for real text on a CUDA GPU)",
+        f"{GPU_TEXT_STEPS} for the tiny preset on real text on a CUDA GPU)",
     )
     group.add_argument(
         "--max-minutes", type=_number(float), help="stop after this much training time"
@@ -324,7 +324,8 @@ def _new_trainer(args: argparse.Namespace, given: dict) -> Trainer:
         if not (text and preset == "tiny" and cuda):
             raise SystemExit(
                 "error: say when to stop: --max-steps N and/or --max-minutes M (only "
-                f"real text on a CUDA GPU has a default: {GPU_TEXT_STEPS:,} steps)"
+                "the tiny preset on real text on a CUDA GPU has a default: "
+                f"{GPU_TEXT_STEPS:,} steps)"
             )
         given = {**given, "max_steps": GPU_TEXT_STEPS}
     if "checkpoint_minutes" not in given and "checkpoint_every" not in given:

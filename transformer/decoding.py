@@ -344,7 +344,7 @@ class StaticCacheSteps(DecoderSteps):
                 self_cache.reorder(self.rows)
         m = self.model
         x = m.tgt_embed(self.tokens, check_ids=False)
-        x = m.tgt_positions(x, positions=self.position[:, None])
+        x = m.dropout(m.tgt_positions(x, positions=self.position[:, None]))
         written = (self.keys <= self.position)[None, None, None, :]  # (1, 1, 1, length)
         y = m.decoder(to_autocast_dtype(x), self.memory, self.memory_mask, self.cache,
                       self_mask=written)
@@ -353,14 +353,17 @@ class StaticCacheSteps(DecoderSteps):
     def __call__(self, prefix: Tensor, t: int) -> Tensor:
         self.tokens.copy_(prefix[:, -1:])
         self.position.fill_(t - 1)
-        if self.graph is not None:
-            self.graph.replay()
-            return self.logits
-        if t == 1 or not self.cuda:
+        if not self.cuda:
             return self._step()
-        logits = _on_side_stream(self._step)  # PyTorch's warm-up before a capture
-        self.graph, self.logits = _capture(self._step)  # for the steps after this one
-        return logits
+        with torch.cuda.device(self.memory.device):  # streams and graph on its GPU
+            if self.graph is not None:
+                self.graph.replay()
+                return self.logits
+            if t == 1:
+                return self._step()
+            logits = _on_side_stream(self._step)  # PyTorch's warm-up before a capture
+            self.graph, self.logits = _capture(self._step)  # for the steps after it
+            return logits
 
     def reorder(self, rows: Tensor) -> None:
         self.rows.copy_(rows)  # gathered at the start of the next step
@@ -383,7 +386,7 @@ def _capture(step: Callable[[], Tensor]) -> tuple[torch.cuda.CUDAGraph, Tensor]:
     autocast = torch.is_autocast_enabled("cuda")
     dtype = torch.get_autocast_dtype("cuda")
     with torch.autocast("cuda", dtype, enabled=autocast, cache_enabled=False):
-        with torch.cuda.graph(graph):
+        with torch.cuda.graph(graph, stream=torch.cuda.Stream()):  # the current GPU's
             output = step()
     return graph, output
 
@@ -392,11 +395,19 @@ def _decoder_steps(
     model: Transformer, memory: Tensor, memory_mask: Tensor, length: int,
     use_cache: bool, static_cache: bool | None,
 ) -> DecoderSteps:
-    """The steps decoding asks for; static_cache defaults to on CUDA, with a cache."""
+    """The steps decoding asks for; static_cache defaults to on CUDA, with a cache, for
+    outputs within the model's max_len positions (the growing cache extends its
+    table)."""
+    fits = length <= model.config.max_len
     if static_cache is None:
-        static_cache = use_cache and memory.device.type == "cuda"
+        static_cache = use_cache and memory.device.type == "cuda" and fits
     if static_cache and not use_cache:
         raise ValueError("static_cache=True is a cache: it needs use_cache=True")
+    if static_cache and not fits:
+        raise ValueError(
+            f"static_cache=True holds the model's max_len={model.config.max_len} "
+            f"positions; outputs of up to {length} tokens were asked for (max_len)"
+        )
     if static_cache:
         return StaticCacheSteps(model, memory, memory_mask, length)
     return DecoderSteps(model, memory, memory_mask, use_cache)
