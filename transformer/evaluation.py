@@ -1,6 +1,5 @@
 # Generated from book/results.md by tools/export.py: edit the chapter.
-"""BLEU with sacreBLEU, exact match, checkpoint averaging and evaluation of a model
-(§6)."""
+"""BLEU with sacreBLEU, exact match and the evaluation of a model (§6)."""
 
 from __future__ import annotations
 

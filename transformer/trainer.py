@@ -1,5 +1,5 @@
 # Generated from book/trainer.md by tools/export.py: edit the chapter.
-"""The Trainer: checkpoints, exact resumption, devices, precision, several processes."""
+"""The Trainer: exact resumption, devices, precision, several processes."""
 
 from __future__ import annotations
 
