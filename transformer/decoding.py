@@ -68,6 +68,28 @@ class DecoderSteps:
             self_cache.reorder(rows)
 
 
+def _decoder_steps(
+    model: Transformer, memory: Tensor, memory_mask: Tensor, length: int,
+    use_cache: bool, static_cache: bool | None,
+) -> DecoderSteps:
+    """The steps decoding asks for; static_cache defaults to on CUDA, with a cache, for
+    outputs within the model's max_len positions (the growing cache extends its
+    table)."""
+    fits = length <= model.config.max_len
+    if static_cache is None:
+        static_cache = use_cache and memory.device.type == "cuda" and fits
+    if static_cache and not use_cache:
+        raise ValueError("static_cache=True is a cache: it needs use_cache=True")
+    if static_cache and not fits:
+        raise ValueError(
+            f"static_cache=True holds the model's max_len={model.config.max_len} "
+            f"positions; outputs of up to {length} tokens were asked for (max_len)"
+        )
+    if static_cache:
+        return StaticCacheSteps(model, memory, memory_mask, length)
+    return DecoderSteps(model, memory, memory_mask, use_cache)
+
+
 @torch.no_grad()
 def greedy_decode(
     model: Transformer,
@@ -389,28 +411,6 @@ def _capture(step: Callable[[], Tensor]) -> tuple[torch.cuda.CUDAGraph, Tensor]:
         with torch.cuda.graph(graph, stream=torch.cuda.Stream()):  # the current GPU's
             output = step()
     return graph, output
-
-
-def _decoder_steps(
-    model: Transformer, memory: Tensor, memory_mask: Tensor, length: int,
-    use_cache: bool, static_cache: bool | None,
-) -> DecoderSteps:
-    """The steps decoding asks for; static_cache defaults to on CUDA, with a cache, for
-    outputs within the model's max_len positions (the growing cache extends its
-    table)."""
-    fits = length <= model.config.max_len
-    if static_cache is None:
-        static_cache = use_cache and memory.device.type == "cuda" and fits
-    if static_cache and not use_cache:
-        raise ValueError("static_cache=True is a cache: it needs use_cache=True")
-    if static_cache and not fits:
-        raise ValueError(
-            f"static_cache=True holds the model's max_len={model.config.max_len} "
-            f"positions; outputs of up to {length} tokens were asked for (max_len)"
-        )
-    if static_cache:
-        return StaticCacheSteps(model, memory, memory_mask, length)
-    return DecoderSteps(model, memory, memory_mask, use_cache)
 
 
 __all__ = [
