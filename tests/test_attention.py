@@ -8,6 +8,7 @@ import transformer.attention as attention_module
 from transformer import MultiHeadAttention, scaled_dot_product_attention
 from transformer.attention import (
     KeyValueCache,
+    attend,
     attention_for_cpu_training,
     causal_mask,
     padding_mask,
@@ -105,6 +106,27 @@ def test_cpu_training_attention_drops_weights_with_dropout():
     expected, _ = scaled_dot_product_attention(q, k, v, None, 0.5)
     torch.testing.assert_close(ours, expected, atol=1e-5, rtol=1e-5)
     assert not torch.allclose(ours, scaled_dot_product_attention(q, k, v)[0], atol=1e-3)
+
+
+def test_attend_computes_the_written_out_function_by_each_kernel():
+    """Every path attend can take, against the hand-built mask (the causal triangle aligned
+    bottom-right, as a step of decoding needs) and the written-out equation (1)."""
+    q = torch.randn(2, 4, 3, 8, requires_grad=True)
+    k, v = torch.randn(2, 4, 6, 8), torch.randn(2, 4, 6, 8)
+    keys = torch.tensor([[1] * 6, [1] * 4 + [0] * 2])
+    for mask in (None, padding_mask(keys, 0)):
+        full = causal_mask(3, 6) if mask is None else mask & causal_mask(3, 6)
+        expected, weights = scaled_dot_product_attention(q, k, v, full)
+        for training in (False, True):  # training on a CPU: the written-out path
+            out, none = attend(q, k, v, mask, is_causal=True, training=training)
+            torch.testing.assert_close(out, expected, atol=1e-5, rtol=1e-5)
+            assert none is None
+        out, drawn = attend(q, k, v, mask, is_causal=True, need_weights=True)
+        torch.testing.assert_close(drawn, weights)
+    square = attend(q, q, q, is_causal=True)[0]  # n_q == n_k: the fused kernel's flag
+    expected, _ = scaled_dot_product_attention(q, q, q, causal_mask(3))
+    torch.testing.assert_close(square, expected, atol=1e-5, rtol=1e-5)
+    assert not torch.allclose(square, attend(q, q, q)[0], atol=1e-3), "the mask mattered"
 
 
 def test_only_training_on_a_cpu_takes_the_written_out_path(monkeypatch):

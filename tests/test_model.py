@@ -182,26 +182,6 @@ def test_bad_inputs_raise_clear_errors():
         model.decode(ok, torch.randn(2, 5, 16))
 
 
-def test_draw_architecture_labels_the_boxes_with_the_configuration():
-    matplotlib = pytest.importorskip("matplotlib")
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    from transformer.model import draw_architecture
-
-    config = TransformerConfig(src_vocab_size=500, tgt_vocab_size=500, d_model=96, n_heads=3, d_ff=200, n_layers=5)
-    fig, ax = plt.subplots()
-    labels = [label for label, _, _ in draw_architecture(config, ax)]
-    texts = {t.get_text() for t in ax.texts}
-    plt.close(fig)
-    # Figure 1 of the paper: 2 sub-layers per encoder layer, 3 per decoder layer, each with Add & Norm
-    assert labels.count("Add & Norm") == 5
-    assert labels.count("Feed forward 96 -> 200 -> 96") == 2
-    assert "Multi-head self-attention\nh = 3, d_k = 32" in labels
-    assert "Masked multi-head self-attention\nh = 3, d_k = 32" in labels
-    assert "Linear 96 -> 500 (tied)" in labels
-    assert {"N = 5 x", "Inputs", "Outputs (shifted right)"} <= texts
-
 
 def test_dropout_on_a_cpu_is_dropout():
     """What Srivastava et al. define: each feature kept with probability 1 - p and scaled by

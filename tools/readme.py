@@ -220,7 +220,7 @@ def architecture(path: Path) -> None:
     import matplotlib.pyplot as plt
 
     from transformer import TransformerConfig
-    from transformer.model import draw_architecture
+    from transformer.figures import draw_architecture
 
     fig, ax = plt.subplots(figsize=(6, 7.5))
     draw_architecture(TransformerConfig.base(), ax)

@@ -74,54 +74,6 @@ def local_mask(n: int, r: int, device: torch.device | None = None) -> Tensor:
     return (position[:, None] - position[None, :]).abs() <= r
 
 
-def segment_mask(query_segments: Tensor, key_segments: Tensor) -> Tensor:
-    """True where a query may attend to a key of a packed row: the same sentence, or a
-    query at padding (segment 0). Segments (batch, n_q) and (batch, n_k) number the
-    sentences of each row -> mask (batch, 1, n_q, n_k)."""
-    query, key = query_segments[:, None, :, None], key_segments[:, None, None, :]
-    return (query == key) | (query == 0)
-
-
-@dataclass
-class KeyValueCache:
-    """Projected keys and values of one attention layer, kept between decoding steps.
-
-    Self-attention appends the new positions at every step (static=False);
-    encoder-decoder attention projects the encoder output on the first step and reuses
-    it (static=True).
-    """
-
-    static: bool = False
-    key: Tensor | None = None  # (batch, h, steps, d_k)
-    value: Tensor | None = None  # (batch, h, steps, d_v)
-
-    @property
-    def steps(self) -> int:
-        """Positions held. A size of the key tensor, so that under torch.export it stays
-        symbolic; len() must return a Python int and would fix it to the example's."""
-        return 0 if self.key is None else self.key.size(2)
-
-    def __len__(self) -> int:
-        return self.steps
-
-    def append(self, key: Tensor, value: Tensor) -> tuple[Tensor, Tensor]:
-        """Add the new positions' keys and values (batch, h, new, d); returns all the
-        positions held."""
-        if self.key is not None:
-            key = torch.cat([self.key, key], 2)
-            value = torch.cat([self.value, value], 2)
-        self.key, self.value = key, value
-        return key, value
-
-    def reorder(self, index: Tensor) -> None:
-        """Keep the batch rows `index` (beam search: the hypotheses that survive a
-        step)."""
-        if self.key is not None:
-            self.key, self.value = self.key.index_select(
-                0, index
-            ), self.value.index_select(0, index)
-
-
 class MultiHeadAttention(nn.Module):
     """Multi-head attention, MultiHead(Q, K, V) = Concat(head_1..head_h) W^O.
 
@@ -259,34 +211,45 @@ class MultiHeadAttention(nn.Module):
         """
         self._check_inputs(query, key, value)
         batch, n_q, _ = query.shape
-        q, k, v = self._heads(query, key, value, cache)
-        n_k = k.size(2)
+        q, k, v = self._heads(query, key, value, cache)  # Q W^Q_i, K W^K_i, V W^V_i
         if mask is not None:
-            self._check_mask(mask, n_q, n_k, batch)
-        cpu_training = (
-            query.device.type == "cpu" and self.training and torch.is_grad_enabled()
+            self._check_mask(mask, n_q, k.size(2), batch)
+        heads, weights = attend(
+            q, k, v, mask, is_causal, self.dropout, self.training, need_weights
         )
-        # The fused kernel's is_causal aligns the triangle top-left, so it is exact only
-        # for n_q == n_k without another mask; otherwise, and for the paths written out,
-        # the causal mask is built explicitly.
-        explicit = mask is not None or n_q != n_k or need_weights or cpu_training
-        if is_causal and explicit:
-            causal = causal_mask(n_q, n_k, device=query.device)
-            mask, is_causal = (causal if mask is None else mask & causal), False
-        dropout_p = self.dropout if self.training else 0.0
-        weights = None
-        if need_weights:
-            out, weights = scaled_dot_product_attention(q, k, v, mask, dropout_p)
-        elif cpu_training:
-            out = attention_for_cpu_training(q, k, v, mask, dropout_p)
-        else:
-            out = F.scaled_dot_product_attention(
-                q, k, v, attn_mask=mask, dropout_p=dropout_p, is_causal=is_causal
-            )
-        out = out.transpose(1, 2).reshape(
-            batch, n_q, self.n_heads * self.d_v
-        )  # Concat(head_1..head_h)
-        return self.w_o(out), weights
+        concat = heads.transpose(1, 2).reshape(batch, n_q, self.n_heads * self.d_v)
+        return self.w_o(concat), weights
+
+
+def attend(
+    query: Tensor,
+    key: Tensor,
+    value: Tensor,
+    mask: Tensor | None = None,
+    is_causal: bool = False,
+    dropout: float = 0.0,
+    training: bool = False,
+    need_weights: bool = False,
+) -> tuple[Tensor, Tensor | None]:
+    """Attention(Q, K, V) of heads (batch, h, n, d), by the kernel that suits the call:
+    the written-out function if the weights are wanted, attention_for_cpu_training
+    when training on a CPU, PyTorch's fused kernel otherwise. Returns (output, weights
+    or None); dropout on the weights applies only when training."""
+    n_q, n_k = query.size(-2), key.size(-2)
+    cpu_training = training and query.device.type == "cpu" and torch.is_grad_enabled()
+    dropout_p = dropout if training else 0.0
+    written_out = need_weights or cpu_training
+    if is_causal and (mask is not None or n_q != n_k or written_out):
+        causal = causal_mask(n_q, n_k, device=query.device)
+        mask, is_causal = (causal if mask is None else mask & causal), False
+    if need_weights:
+        return scaled_dot_product_attention(query, key, value, mask, dropout_p)
+    if cpu_training:
+        return attention_for_cpu_training(query, key, value, mask, dropout_p), None
+    output = F.scaled_dot_product_attention(
+        query, key, value, attn_mask=mask, dropout_p=dropout_p, is_causal=is_causal
+    )
+    return output, None
 
 
 def attention_for_cpu_training(
@@ -310,13 +273,62 @@ def attention_for_cpu_training(
     return weights.to(value.dtype) @ value
 
 
+@dataclass
+class KeyValueCache:
+    """Projected keys and values of one attention layer, kept between decoding steps.
+
+    Self-attention appends the new positions at every step (static=False);
+    encoder-decoder attention projects the encoder output on the first step and reuses
+    it (static=True).
+    """
+
+    static: bool = False
+    key: Tensor | None = None  # (batch, h, steps, d_k)
+    value: Tensor | None = None  # (batch, h, steps, d_v)
+
+    @property
+    def steps(self) -> int:
+        """Positions held. A size of the key tensor, so that under torch.export it stays
+        symbolic; len() must return a Python int and would fix it to the example's."""
+        return 0 if self.key is None else self.key.size(2)
+
+    def __len__(self) -> int:
+        return self.steps
+
+    def append(self, key: Tensor, value: Tensor) -> tuple[Tensor, Tensor]:
+        """Add the new positions' keys and values (batch, h, new, d); returns all the
+        positions held."""
+        if self.key is not None:
+            key = torch.cat([self.key, key], 2)
+            value = torch.cat([self.value, value], 2)
+        self.key, self.value = key, value
+        return key, value
+
+    def reorder(self, index: Tensor) -> None:
+        """Keep the batch rows `index` (beam search: the hypotheses that survive a
+        step)."""
+        if self.key is not None:
+            self.key, self.value = self.key.index_select(
+                0, index
+            ), self.value.index_select(0, index)
+
+
+def segment_mask(query_segments: Tensor, key_segments: Tensor) -> Tensor:
+    """True where a query may attend to a key of a packed row: the same sentence, or a
+    query at padding (segment 0). Segments (batch, n_q) and (batch, n_k) number the
+    sentences of each row -> mask (batch, 1, n_q, n_k)."""
+    query, key = query_segments[:, None, :, None], key_segments[:, None, None, :]
+    return (query == key) | (query == 0)
+
+
 __all__ = [
     'scaled_dot_product_attention',
     'padding_mask',
     'causal_mask',
     'local_mask',
-    'segment_mask',
-    'KeyValueCache',
     'MultiHeadAttention',
+    'attend',
     'attention_for_cpu_training',
+    'KeyValueCache',
+    'segment_mask',
 ]
