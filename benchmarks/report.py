@@ -1,7 +1,8 @@
 """What every script in benchmarks/ records with its numbers: the command (repo-relative paths),
 the code (git commit and dirty flag), the software (Python, torch, tokenizers, sacreBLEU), the
-machine (CPU model and threads; for a GPU run the GPU's name and count, CUDA and driver), the
-date and the wall time, in an atomically written JSON file.
+machine (the CPU's name, family and model, its bf16 flags, PyTorch's capability, the threads and
+the memory; for a GPU run the GPUs' name, count and memory, CUDA and the driver), the date and
+the wall time, in an atomically written JSON file.
 
 The environment variables BENCHMARK_COMMIT and BENCHMARK_DIRTY (1 or 0), when set, give the
 commit and dirty flag instead of git: a copy of the checkout sent to a GPU machine may carry no
@@ -27,17 +28,49 @@ REPO = Path(__file__).resolve().parent.parent
 STARTED = time.time()  # when the benchmark's process imported this module
 
 
+NATIVE_BF16 = ("avx512_bf16", "amx_bf16")  # the CPU multiplies bf16 in hardware
+CPU_FLAGS = ("avx2", "avx512f", *NATIVE_BF16, "amx_tile")  # the flags that decide a step's speed
+
+
+def cpu(cpuinfo: Path = Path("/proc/cpuinfo"), meminfo: Path = Path("/proc/meminfo")) -> dict:
+    """The CPU exactly: its model name, family and model (two processors sold under one name
+    differ there), the flags that matter for training (bf16 emulated or native), PyTorch's
+    kernel capability, the threads and the memory. Linux's /proc files; elsewhere the name
+    alone."""
+    fields: dict[str, str] = {}
+    if cpuinfo.is_file():
+        for line in cpuinfo.read_text().splitlines():
+            if not line.strip():
+                break  # the first processor's block is enough
+            key, _, value = line.partition(":")
+            fields[key.strip()] = value.strip()
+    flags = set(fields.get("flags", "").split())
+    memory = None
+    if meminfo.is_file():
+        total = [line.split()[1] for line in meminfo.read_text().splitlines() if line.startswith("MemTotal:")]
+        memory = round(int(total[0]) / 2**20, 1) if total else None  # kB -> GiB
+    number = lambda key: int(fields[key]) if fields.get(key, "").isdigit() else None  # noqa: E731
+    return {"model_name": fields.get("model name") or platform.processor() or platform.machine(),
+            "family": number("cpu family"), "model": number("model"),
+            "flags": [flag for flag in CPU_FLAGS if flag in flags] if fields else None,
+            "capability": torch.backends.cpu.get_cpu_capability(),
+            "threads": torch.get_num_threads(), "memory_gib": memory}
+
+
 def machine(device: torch.device | None = None) -> str:
-    """The device the numbers were measured on, in words."""
+    """The device the numbers were measured on, in words: a GPU's name, or the CPU's name,
+    family and model, whether it multiplies bf16 natively, and the threads."""
     if device is not None and device.type == "cuda":
         return torch.cuda.get_device_name(device)
-    name = platform.processor() or platform.machine()
-    cpuinfo = Path("/proc/cpuinfo")
-    if cpuinfo.is_file():
-        models = [line.split(":", 1)[1].strip() for line in cpuinfo.read_text().splitlines()
-                  if line.startswith("model name")]
-        name = models[0] if models else name
-    return f"{name} CPU, {torch.get_num_threads()} threads"
+    found = cpu()
+    exact = []
+    if found["family"] is not None:
+        exact.append(f"family {found['family']} model {found['model']}")
+    if found["flags"] is not None:
+        native = any(flag in found["flags"] for flag in NATIVE_BF16)
+        exact.append("native bf16" if native else "bf16 emulated")
+    detail = f" ({', '.join(exact)})" if exact else ""
+    return f"{found['model_name']} CPU{detail}, {found['threads']} threads"
 
 
 def _output(command: list[str]) -> str | None:
@@ -74,10 +107,12 @@ def versions() -> dict:
 def hardware(device: torch.device | None = None) -> dict:
     """The CPU, or for a GPU run the GPUs (name, count, CUDA, driver) and not the host's CPU."""
     if device is None or device.type != "cuda":
-        return {"cpu": machine(), "threads": torch.get_num_threads()}
+        return {"cpu": machine(), **cpu()}
     driver = _output(["nvidia-smi", "--query-gpu=driver_version", "--format=csv,noheader"])
+    memory = torch.cuda.get_device_properties(device).total_memory
     return {"gpu": torch.cuda.get_device_name(device), "gpu_count": torch.cuda.device_count(),
-            "cuda": torch.version.cuda, "driver": driver.splitlines()[0] if driver else None}
+            "gpu_memory_gib": round(memory / 2**30, 1), "cuda": torch.version.cuda,
+            "driver": driver.splitlines()[0] if driver else None}
 
 
 def _from_repo(word: str) -> str:

@@ -49,6 +49,7 @@ from torch.utils.flop_counter import FlopCounterMode
 
 from report import machine, spread, write_report
 from train_scale import write_corpus
+import transformer.devices
 import transformer.model
 import transformer.trainer
 from transformer import Trainer, TrainingConfig, Transformer, TransformerConfig
@@ -210,7 +211,7 @@ def cpu_variant(name: str, steps: int) -> dict:
     with tempfile.TemporaryDirectory() as work:
         result = trainer_end_to_end(TransformerConfig(**TINY), torch.device("cpu"), "auto", 4096, 3, steps, Path(work))
     peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2**20  # KiB on Linux
-    precision = transformer.trainer.autocast_dtype("auto", torch.device("cpu"))  # as the CLI trains
+    precision = transformer.devices.autocast_dtype("auto", torch.device("cpu"))  # as the CLI trains
     return {"variant": name, "precision": str(precision or "fp32"), "trainer_tokens_per_s": result["trainer_tokens_per_s"], "tokens": result["tokens"],
             "peak_rss_gib": peak}
 

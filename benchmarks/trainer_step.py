@@ -71,7 +71,7 @@ from train_throughput import PEAK_TFLOPS, TorchPeer, bare_step, sync
 from transformer import Trainer, TrainingConfig, TransformerConfig, label_smoothed_loss
 from transformer.cli import PRESETS
 from transformer.data import PAD, prepare_data
-from transformer.trainer import autocast
+from transformer.devices import autocast
 from transformer.training import learning_rate
 
 

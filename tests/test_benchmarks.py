@@ -9,6 +9,7 @@ import sys
 from pathlib import Path
 
 import pytest
+import torch
 
 BENCHMARKS = Path(__file__).resolve().parent.parent / "benchmarks"
 
@@ -232,3 +233,24 @@ def test_report_writes_the_command_from_the_repository_and_the_code_that_ran(
     assert written["git"] == {"commit": "abc", "dirty": False} and written["figure"] == 1
     assert {"python", "torch", "tokenizers", "sacrebleu"} <= set(written["versions"])
     assert written["hardware"]["threads"] >= 1 and not list(tmp_path.glob("*.tmp"))
+
+
+def test_the_cpu_is_named_exactly_from_its_proc_files(tmp_path, monkeypatch):
+    """Two processors sold as "AMD EPYC": a Zen 1 (bf16 emulated) and a Zen 4 (AVX-512 BF16).
+    Hand-written /proc files; the first processor's block only."""
+    monkeypatch.syspath_prepend(str(BENCHMARKS))
+    import report
+
+    def files(family: int, model: int, flags: str) -> tuple:
+        block = f"processor\t: 0\nmodel name\t: AMD EPYC\ncpu family\t: {family}\nmodel\t\t: {model}\nflags\t\t: {flags}\n"
+        (tmp_path / "cpuinfo").write_text(block + "\n" + block.replace("processor\t: 0", "processor\t: 1") + "flags : amx_tile\n")
+        (tmp_path / "meminfo").write_text("MemTotal:       25165824 kB\nMemFree:  1 kB\n")
+        return tmp_path / "cpuinfo", tmp_path / "meminfo"
+
+    zen1 = report.cpu(*files(23, 1, "fpu sse2 avx avx2 fma"))
+    assert (zen1["model_name"], zen1["family"], zen1["model"]) == ("AMD EPYC", 23, 1)
+    assert zen1["flags"] == ["avx2"] and zen1["memory_gib"] == 24.0
+    zen4 = report.cpu(*files(25, 17, "avx2 avx512f avx512_bf16 avx512vl"))
+    assert zen4["flags"] == ["avx2", "avx512f", "avx512_bf16"]
+    assert zen4["capability"] == torch.backends.cpu.get_cpu_capability()
+    assert report.cpu(tmp_path / "absent", tmp_path / "absent")["flags"] is None

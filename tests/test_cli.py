@@ -343,6 +343,23 @@ def test_bad_input_gets_one_line_and_changes_nothing(shared_run, tiny_corpus_mod
     assert sorted((p.name, p.stat().st_mtime_ns) for p in [*tmp_path.rglob("*"), *shared_run.rglob("*")]) == before
 
 
+def test_a_corpus_file_cut_short_is_refused_in_a_line_before_training(tiny_corpus, tmp_path, capsys,
+                                                                      monkeypatch):
+    """A gzipped training file cut short: one line naming it, no run folder, nothing cached."""
+    import gzip
+
+    monkeypatch.setenv("TRANSFORMER_CACHE", str(tmp_path / "cache"))
+    whole = gzip.compress((tiny_corpus / "train.de").read_bytes())
+    (tiny_corpus / "train.de").unlink()
+    (tiny_corpus / "train.de.gz").write_bytes(whole[: len(whole) // 2])
+    with pytest.raises(SystemExit) as exit:
+        main(_train_args(tiny_corpus, tmp_path / "run"))
+    line = exit.value.code if isinstance(exit.value.code, str) else capsys.readouterr().err.splitlines()[-1]
+    assert "\n" not in line and f"{tiny_corpus / 'train.de.gz'} is not a whole gzip file" in line, line
+    assert not (tmp_path / "run").exists()
+    assert not [p for p in (tmp_path / "cache").rglob("*") if p.is_file()]
+
+
 def test_lowercase_travels_with_the_checkpoint_to_translate_and_evaluate(tiny_corpus, tmp_path, capsys):
     for path in tiny_corpus.iterdir():  # capitals the lowercased model never sees
         path.write_text(path.read_text().title())
@@ -379,3 +396,37 @@ def test_lowercase_travels_with_the_checkpoint_to_translate_and_evaluate(tiny_co
     resumed = tmp_path / "resumed"
     assert main(["train", "--resume", str(out), "--max-steps", "2", "--out", str(resumed)]) == 0
     assert load_checkpoint(resumed / "checkpoint-00000002.pt")["tokenizer"] == state["tokenizer"]
+
+
+def test_data_fetches_multi30k_into_the_folder_given(tmp_path, monkeypatch, capsys):
+    """The command's path through the library: the languages and folder it is given reach
+    fetch_multi30k; a failed fetch is one line (served here from a local folder)."""
+    import functools
+    import gzip
+    import hashlib
+    import http.server
+    import threading
+
+    from transformer.data import fetch_multi30k
+
+    served = tmp_path / "served"
+    served.mkdir()
+    for split in ("train", "val", "test_2016_flickr"):
+        for lang in ("en", "fr"):
+            (served / f"{split}.{lang}.gz").write_bytes(gzip.compress(f"{split} {lang}\n".encode()))
+    sums = {p.name: hashlib.sha256(p.read_bytes()).hexdigest() for p in served.iterdir()}
+    handler = functools.partial(http.server.SimpleHTTPRequestHandler, directory=served)
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    url = f"http://127.0.0.1:{server.server_port}/"
+    try:
+        monkeypatch.setattr(cli, "fetch_multi30k", functools.partial(fetch_multi30k, url=url, checksums=sums))
+        assert main(["data", "multi30k", "--out", str(tmp_path / "m30k"), "--languages", "en", "fr"]) == 0
+        assert sorted(p.name for p in (tmp_path / "m30k").iterdir()) == sorted(sums)
+        assert "(checked)" in capsys.readouterr().out
+        (served / "val.fr.gz").unlink()
+        with pytest.raises(SystemExit, match=r"^error: could not fetch .*val.fr.gz"):
+            main(["data", "multi30k", "--out", str(tmp_path / "other"), "--languages", "en", "fr"])
+    finally:
+        server.shutdown()
+        server.server_close()

@@ -1,7 +1,12 @@
 """Tests of transformer/data.py (book/data.md)."""
 
+import functools
 import gzip
+import hashlib
+import http.server
 import json
+import threading
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -21,7 +26,10 @@ from transformer.data import (
     TokenBatchSampler,
     TokenizedSplit,
     collate,
+    MULTI30K_SHA256,
+    MULTI30K_URL,
     encode_pairs,
+    fetch_multi30k,
     load_hub_dataset,
     lowercases,
     pack_rows,
@@ -83,6 +91,39 @@ def test_a_file_that_is_not_utf8_is_named_with_its_line_and_byte(tmp_path):
     with pytest.raises(ValueError) as error:
         read_parallel_files(tmp_path, "en", "de")
     assert str(error.value) == f"{tmp_path / 'train.de.gz'} is not UTF-8 text: line 2 has the byte 0xf6 at position 3"
+
+
+def _damaged(folder: Path, kind: str) -> Path:
+    """A Multi30k-like folder whose train.de is damaged in one way; returns that file."""
+    folder.mkdir()
+    (folder / "train.en").write_text("one\ntwo\nthree\n")
+    whole = gzip.compress("eins\nzwei\ndrei\n".encode() * 2000)
+    damaged = folder / "train.de.gz"
+    if kind == "cut short":
+        damaged.write_bytes(whole[: len(whole) // 2])
+    elif kind == "not gzip":
+        damaged.write_bytes(b"eins\nzwei\ndrei\n")
+    elif kind == "binary":
+        damaged = folder / "train.de"
+        damaged.write_bytes(b"eins\n\x00\x00\x00\rIHDR\x00\x01\n")  # UTF-8, not text
+    elif kind == "empty":
+        (folder / "train.en").write_text("")
+        damaged = folder / "train.de"
+        damaged.write_text("")
+    return damaged
+
+
+@pytest.mark.parametrize(("kind", "says"), [
+    ("cut short", r"is not a whole gzip file \(Compressed file ended before the end-of-stream marker"),
+    ("not gzip", r"is not a whole gzip file \(Not a gzipped file"),
+    ("binary", r"is not text: line 2 holds a NUL byte"),
+    ("empty", r"hold no sentence pair; a split needs one"),
+])
+def test_a_damaged_file_is_refused_with_its_name_and_what_is_wrong(tmp_path, kind, says):
+    damaged = _damaged(tmp_path / "corpus", kind)
+    with pytest.raises(ValueError, match=says) as error:
+        read_parallel_files(tmp_path / "corpus", "en", "de")
+    assert str(damaged) in str(error.value)
 
 
 def test_hub_loader_reads_the_translation_format_from_a_local_folder(tmp_path, monkeypatch):
@@ -403,3 +444,65 @@ def test_a_lowercase_tokenizer_encodes_cased_text_as_its_lowercase(tmp_path):
     assert np.array_equal(data.train.tgt_ids, expected.tgt_ids)
     with pytest.raises(ValueError, match="asks for a tokenizer that lowercases"):
         prepare_data(str(tmp_path / "corpus"), tokenizer=plain.tokenizer, cache_dir=cache, lowercase=True)
+
+
+@pytest.fixture
+def served(tmp_path):
+    """A folder served over HTTP on 127.0.0.1, laid out as Multi30k's data/task1/raw (a few
+    lines of number words); yields (its URL, the files' SHA-256, the requested paths)."""
+    from num2words import num2words
+
+    folder = tmp_path / "served"
+    folder.mkdir()
+    for split, numbers in {"train": range(1, 40), "val": range(40, 45), "test_2016_flickr": range(45, 50)}.items():
+        for lang in ("en", "de", "fr"):
+            text = "\n".join(num2words(n, lang=lang) for n in numbers) + "\n"
+            (folder / f"{split}.{lang}.gz").write_bytes(gzip.compress(text.encode()))
+    sums = {p.name: hashlib.sha256(p.read_bytes()).hexdigest() for p in folder.iterdir()}
+    requested = []
+
+    class Handler(http.server.SimpleHTTPRequestHandler):
+        def log_message(self, *args):
+            requested.append(self.path)
+
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), functools.partial(Handler, directory=folder))
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    yield f"http://127.0.0.1:{server.server_port}/", sums, requested, folder
+    server.shutdown()
+    server.server_close()
+
+
+def test_multi30k_is_fetched_checked_and_read_as_a_corpus(served, tmp_path):
+    url, sums, requested, folder = served
+    paths = fetch_multi30k(tmp_path / "m30k", ("en", "de"), url=url, checksums=sums)
+    assert sorted(p.name for p in paths) == sorted(n for n in sums if not n.endswith(".fr.gz"))
+    assert all(p.read_bytes() == (folder / p.name).read_bytes() for p in paths)
+    corpus = read_parallel_files(tmp_path / "m30k", "en", "de")
+    assert corpus.splits["train"][0] == ("one", "eins") and len(corpus.splits["test"]) == 5
+    count = len(requested)
+    fetch_multi30k(tmp_path / "m30k", ("en", "de"), url=url, checksums=sums)
+    assert len(requested) == count, "files already there with their checksum are not fetched again"
+
+
+def test_a_file_that_is_not_the_recorded_one_is_not_written(served, tmp_path):
+    url, sums, _, folder = served
+    (folder / "val.de.gz").write_bytes(b"<html>a proxy's error page</html>")
+    with pytest.raises(ValueError, match=rf"{url}val.de.gz has SHA-256 [0-9a-f]{{64}}, not the recorded "
+                                         rf"{sums['val.de.gz']}; nothing written"):
+        fetch_multi30k(tmp_path / "m30k", ("en", "de"), url=url, checksums=sums)
+    assert sorted(p.name for p in (tmp_path / "m30k").iterdir()) == ["train.de.gz", "train.en.gz", "val.en.gz"]
+    with pytest.raises(OSError, match=rf"could not fetch {url}train.cs.gz: File not found"):
+        no_such = {f"{split}.cs.gz": "0" * 64 for split in ("train", "val", "test_2016_flickr")}
+        fetch_multi30k(tmp_path / "m30k", ("cs",), url=url, checksums=no_such)
+    with pytest.raises(ValueError, match="no recorded checksum for train.xx.gz"):
+        fetch_multi30k(tmp_path / "m30k", ("xx",))
+
+
+def test_the_recorded_multi30k_files_are_pinned_to_a_commit():
+    """The address names one commit of github.com/multi30k/dataset, so the recorded checksums
+    stay those of the files it serves; nine files: three splits in three languages."""
+    commit = MULTI30K_URL.split("/multi30k/dataset/")[1].split("/")[0]
+    assert len(commit) == 40 and int(commit, 16) >= 0 and MULTI30K_URL.endswith("/data/task1/raw/")
+    assert sorted(MULTI30K_SHA256) == sorted(f"{s}.{l}.gz" for s in ("train", "val", "test_2016_flickr")
+                                              for l in ("en", "de", "fr"))

@@ -3,8 +3,6 @@
 import json
 import math
 import os
-import platform
-import resource
 import signal
 import socket
 import subprocess
@@ -28,11 +26,7 @@ from transformer import (
     evaluate,
 )
 from transformer.trainer import (
-    Clock,
-    LossWindow,
     check_vocabulary,
-    forget_metrics_after,
-    keep_freed_memory,
     output_loss,
     rank_sampler,
     train_once,
@@ -419,42 +413,6 @@ def test_torchrun_with_one_cuda_process_trains_and_resumes(tiny_corpus, tmp_path
     assert [r["step"] for r in records if "loss" in r][-1] == 8
 
 
-@pytest.mark.skipif(platform.libc_ver()[0] != "glibc", reason="mallopt is glibc's")
-def test_keep_freed_memory_lets_repeated_steps_reuse_freed_pages():
-    """A block of 48 MB allocated, filled and freed again and again, as a training step does with
-    its logits: glibc's default maps it afresh every time (12,288 pages of 4 KiB faulted in);
-    after keep_freed_memory the heap settles and the repeats fault in (almost) nothing."""
-    assert keep_freed_memory()
-
-    def fill_and_free() -> int:
-        before = resource.getrusage(resource.RUSAGE_SELF).ru_minflt
-        torch.ones(12 * 2**20)  # 48 MB of float32, freed at once
-        return resource.getrusage(resource.RUSAGE_SELF).ru_minflt - before
-
-    faults = [fill_and_free() for _ in range(20)]
-    assert max(faults[-5:]) < 1000, faults
-
-
-def test_the_clock_stops_at_max_steps_and_checkpoints_every_n_steps():
-    config = TrainingConfig(max_steps=10, checkpoint_every=4, checkpoint_minutes=1e9)
-    clock = Clock(config, world_size=1, device=torch.device("cpu"))
-    decisions = [clock.decide(step) for step in range(11)]
-    assert [step for step, (_, due) in enumerate(decisions) if due] == [4, 8]
-    assert [step for step, (stop, _) in enumerate(decisions) if stop] == [10]
-    timed = Clock(TrainingConfig(max_minutes=1e-9, checkpoint_minutes=1e-9), 1, torch.device("cpu"))
-    time.sleep(0.01)
-    assert timed.decide(1) == (True, True), "past max_minutes and past checkpoint_minutes"
-
-
-def test_the_clock_says_how_much_of_the_run_is_done():
-    cpu = torch.device("cpu")
-    assert Clock(TrainingConfig(max_steps=10), 1, cpu).done(4) == 0.4
-    assert Clock(TrainingConfig(max_steps=10, max_minutes=1e9), 1, cpu).done(5) == 0.5
-    timed = Clock(TrainingConfig(max_steps=10, max_minutes=1e-9), 1, cpu)
-    time.sleep(0.01)
-    assert timed.done(1) == 1.0, "past max_minutes: all done, whatever the steps say"
-
-
 def _rates_used(trainer):
     """The first parameter group's rate at each optimizer step, as the step sees it."""
     rates = []
@@ -501,24 +459,6 @@ def test_a_run_resumed_in_its_cooldown_ends_with_the_uninterrupted_runs_weights(
     assert rates == pytest.approx([paper[0] * 2 / 3, paper[1] / 3], rel=1e-12), "steps 5 and 6 of 6, cooling"
     for (name, a), b in zip(whole.model.state_dict().items(), resumed.model.state_dict().values()):
         assert torch.equal(a, b), name
-
-
-def test_the_loss_window_sums_loss_and_tokens_between_reads():
-    window = LossWindow(torch.device("cpu"))
-    for loss, tokens in ((6.0, 3), (2.0, 1)):
-        window.add(torch.tensor(loss), tokens)
-    first = window.read(world_size=1)
-    assert first["loss"] == 8.0 / 4 and first["tokens_per_s"] > 0
-    window.add(torch.tensor(1.0), 2)
-    assert window.read(world_size=1)["loss"] == 0.5, "a read starts a new window"
-
-
-def test_forgetting_metrics_keeps_complete_lines_up_to_the_step(tmp_path):
-    lines = [json.dumps({"step": s, "loss": 1.0 / s}) + "\n" for s in (2, 4, 6)]
-    (tmp_path / "metrics.jsonl").write_text("".join(lines) + '{"step": 8, "lo')
-    forget_metrics_after(tmp_path, 4)
-    assert (tmp_path / "metrics.jsonl").read_text() == "".join(lines[:2])
-    forget_metrics_after(tmp_path / "absent", 4)  # no metrics yet: nothing to do
 
 
 def test_a_share_too_small_for_the_longest_pair_names_the_arithmetic():

@@ -25,17 +25,16 @@ from transformer.checkpoints import (
     write_atomically,
     write_final_model,
 )
-from transformer.data import load_corpus, lowercases, prepare_data
+from transformer.data import fetch_multi30k, load_corpus, lowercases, prepare_data
 from transformer.decoding import translate
 from transformer.deploy import export_onnx
+from transformer.devices import init_distributed, pick_device
 from transformer.evaluation import evaluate
 from transformer.model import TransformerConfig
 from transformer.trainer import (
     Trainer,
     TrainingConfig,
-    init_distributed,
     model_and_data,
-    pick_device,
 )
 from transformer.utils import __version__
 
@@ -670,6 +669,29 @@ def _export(args: argparse.Namespace) -> int:
     return 0
 
 
+def _add_data(commands: argparse._SubParsersAction) -> None:
+    data = commands.add_parser(
+        "data",
+        help="fetch a public corpus into a folder",
+        description="Download a corpus's files, check each against its recorded "
+        "SHA-256 and write it atomically. Example:\n"
+        "  python -m transformer data multi30k --out data/multi30k",
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    data.add_argument("corpus", choices=["multi30k"],
+                      help="multi30k: Multi30k's task 1 (train, val, test_2016_flickr)")
+    data.add_argument("--out", default="data/multi30k",
+                      help="the folder to write (default: data/multi30k)")
+    data.add_argument("--languages", nargs="+", default=["en", "de", "fr"],
+                      metavar="LANG", help="the languages to fetch (default: en de fr)")
+
+
+def _data(args: argparse.Namespace) -> int:
+    paths = fetch_multi30k(args.out, args.languages)
+    print(f"{args.out}: {', '.join(path.name for path in paths)} (checked)")
+    return 0
+
+
 def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="python -m transformer",
@@ -682,6 +704,7 @@ def _parser() -> argparse.ArgumentParser:
     _add_train(commands)
     _add_use(commands)
     _add_export(commands)
+    _add_data(commands)
     return parser
 
 
@@ -694,6 +717,7 @@ def main(argv: list[str] | None = None) -> int:
         "evaluate": _evaluate,
         "average": _average,
         "export": _export,
+        "data": _data,
     }
     try:
         return run[args.command](args)

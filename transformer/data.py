@@ -18,10 +18,14 @@ import random
 import shutil
 import tempfile
 import threading
+import urllib.error
+import urllib.request
 import warnings
+import zlib
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, fields
 from pathlib import Path
+from typing import BinaryIO
 
 import numpy as np
 import torch
@@ -36,6 +40,8 @@ from tokenizers import (
     trainers,
 )
 from torch import Tensor
+
+from transformer.checkpoints import write_atomically
 
 
 PAD, UNK, BOS, EOS = 0, 1, 2, 3
@@ -90,12 +96,25 @@ def number_corpus(
 @contextlib.contextmanager
 def _open_text(path: Path) -> Iterator[Iterator[str]]:
     """The lines of a text file, gzipped or not, without their line ends. A line that is
-    not UTF-8 stops the reading with its file, line number and byte."""
+    not text, or a compressed file that is cut short or damaged, stops the reading with
+    the file's name and what is wrong."""
     with (gzip.open if path.suffix == ".gz" else open)(path, "rb") as file:
-        yield (_decode(line, path, number) for number, line in enumerate(file, 1))
+        yield _lines(file, path)
+
+
+def _lines(file: BinaryIO, path: Path) -> Iterator[str]:
+    try:
+        for number, line in enumerate(file, 1):
+            yield _decode(line, path, number)
+    except (EOFError, gzip.BadGzipFile, zlib.error) as error:
+        raise ValueError(
+            f"{path} is not a whole gzip file ({error}); fetch it again"
+        ) from None
 
 
 def _decode(line: bytes, path: Path, number: int) -> str:
+    if b"\x00" in line:
+        raise ValueError(f"{path} is not text: line {number} holds a NUL byte")
     try:
         return line.decode("utf-8").removesuffix("\n").removesuffix("\r")
     except UnicodeDecodeError as error:
@@ -152,6 +171,11 @@ def read_pair_chunks(
         lines = itertools.zip_longest(src, tgt)
         for n_read in itertools.count(0, chunk_size):
             chunk = list(itertools.islice(lines, chunk_size))
+            if not chunk and n_read == 0:
+                raise ValueError(
+                    f"{src_path} and {tgt_path} hold no sentence pair; a split needs "
+                    "one"
+                )
             if not chunk:
                 return
             if None in chunk[-1]:
@@ -176,6 +200,77 @@ def read_parallel_files(
             pair for src, tgt in read_pair_chunks(*paths) for pair in zip(src, tgt)
         ]
     return ParallelCorpus(src_lang, tgt_lang, splits)
+
+
+MULTI30K_URL = (
+    "https://raw.githubusercontent.com/multi30k/dataset/"
+    "a3d2e0d26b56f3846f66a952536ffed4e401d05a/data/task1/raw/"
+)
+MULTI30K_SHA256 = {
+    "train.en.gz": (
+        "d79cfa999dd4c51d2cb42499b6796d5a882c3a8a961923c25a898c90f8bbd56f"
+    ),
+    "train.de.gz": (
+        "726e39b2fa9eb9ffb6dc763fb35a179f80fae06ffc5d28b6ace5faa883de28a6"
+    ),
+    "train.fr.gz": (
+        "622e75069e9f4c577425c4f277116ce66e63a2401c0a2312d90073cb12379a3c"
+    ),
+    "val.en.gz": (
+        "14f7d25ddd868909a9213e361768460edcacdd6ab9d1e77b92560dc10c10dc28"
+    ),
+    "val.de.gz": (
+        "f0cba2f995189cf5770f29a8a9a537a3ad3f51657ad873405082ff6863a5e75a"
+    ),
+    "val.fr.gz": (
+        "ca3106f1a72390591d25f6c45cb4cd39dec4cd3f123e099748a3ce5256c160e9"
+    ),
+    "test_2016_flickr.en.gz": (
+        "611d361c6334bc7246101d48097c13cf5c4413c5befc793cc629934359d532d9"
+    ),
+    "test_2016_flickr.de.gz": (
+        "9204244e408ccb38d2a55cfcd344df15005fc42a07a6e55ca6c52b6ababb8cc8"
+    ),
+    "test_2016_flickr.fr.gz": (
+        "6d326e188d259fb1d04ac19eae3af956559b3a0b93d7635e56c90987c40c8b90"
+    ),
+}
+
+
+def fetch_multi30k(
+    out: str | Path, languages: Sequence[str] = ("en", "de", "fr"),
+    url: str = MULTI30K_URL, checksums: dict[str, str] = MULTI30K_SHA256,
+) -> list[Path]:
+    """Download Multi30k's train, val and test_2016_flickr files in `languages` into
+    `out`, each checked against its SHA-256 and written atomically; returns the
+    paths."""
+    names = [f"{split}.{lang}.gz" for split in ("train", "val", "test_2016_flickr")
+             for lang in languages]
+    unknown = [name for name in names if name not in checksums]
+    if unknown:
+        raise ValueError(f"no recorded checksum for {', '.join(unknown)}: Multi30k's "
+                         "task 1 has English, German and French (en, de, fr)")
+    paths = []
+    for name in names:
+        path = Path(out) / name
+        if not path.is_file() or _file_sha256(path) != checksums[name]:
+            data = _download(url + name)
+            digest = hashlib.sha256(data).hexdigest()
+            if digest != checksums[name]:
+                raise ValueError(f"{url + name} has SHA-256 {digest}, not the recorded "
+                                 f"{checksums[name]}; nothing written")
+            write_atomically(path, lambda file: file.write(data))
+        paths.append(path)
+    return paths
+
+
+def _download(url: str) -> bytes:
+    try:
+        with urllib.request.urlopen(url, timeout=60) as response:
+            return response.read()
+    except urllib.error.URLError as error:  # also an HTTP status such as 404
+        reason = getattr(error, "reason", error)
+        raise OSError(f"could not fetch {url}: {reason}") from None
 
 
 HUB_SPLITS = {
@@ -1000,6 +1095,7 @@ __all__ = [
     'parallel_files',
     'read_pair_chunks',
     'read_parallel_files',
+    'fetch_multi30k',
     'hub_splits',
     'hub_pair_chunks',
     'load_hub_dataset',

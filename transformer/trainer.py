@@ -4,28 +4,18 @@
 from __future__ import annotations
 
 import contextlib
-import ctypes
-import functools
 import hashlib
 import inspect
 import json
 import math
-import os
-import platform
-import signal
-import sys
-import threading
-import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 
 import numpy as np
 import torch
-import torch.distributed as dist
 from tokenizers import Tokenizer
-from torch import Tensor, nn
-from tqdm import tqdm
+from torch import Tensor
 
 from transformer.checkpoints import (
     check_output_folder,
@@ -46,89 +36,29 @@ from transformer.data import (
     default_cache_dir,
     prepare_data,
 )
+from transformer.devices import (
+    all_gather,
+    autocast,
+    autocast_dtype,
+    check_precision,
+    data_parallel,
+    init_distributed,
+    keep_freed_memory,
+    pick_device,
+    sum_over_ranks,
+)
 from transformer.model import Transformer, TransformerConfig
+from transformer.runs import (
+    Clock,
+    LossWindow,
+    append_metrics,
+    cooldown_factor,
+    deferred_signals,
+    forget_metrics_after,
+    progress_bar,
+    scaled_rates,
+)
 from transformer.training import label_smoothed_loss, make_optimizer
-
-
-def pick_device(device: str = "auto") -> torch.device:
-    """ "auto": CUDA, then MPS, then CPU; otherwise the named device, if it is here."""
-    if device != "auto":
-        try:
-            chosen = torch.device(device)
-        except RuntimeError:
-            raise ValueError(
-                f"unknown device {device!r}: expected auto, cpu, cuda, cuda:N or mps"
-            ) from None
-        count = torch.cuda.device_count() if torch.cuda.is_available() else 0
-        if chosen.type == "cuda" and (chosen.index or 0) >= count:
-            raise ValueError(
-                f"device {device!r} asked for; this machine has {count} CUDA GPU(s)"
-            )
-        if chosen.type == "mps" and not torch.backends.mps.is_available():
-            raise ValueError(f"device {device!r} asked for; MPS is not available here")
-        return chosen
-    if torch.cuda.is_available():
-        return torch.device("cuda", int(os.environ.get("LOCAL_RANK", 0)))
-    if torch.backends.mps.is_available():
-        return torch.device("mps")
-    return torch.device("cpu")
-
-
-@functools.cache
-def cpu_bf16_speedup(size: int = 1024, repeats: int = 5) -> float:
-    """Measured speed of a bf16 over an fp32 matrix product on this CPU."""
-    seconds = {}
-    for dtype in (torch.float32, torch.bfloat16):
-        a, b = torch.randn(size, size, dtype=dtype), torch.randn(
-            size, size, dtype=dtype
-        )
-        a @ b  # warm-up
-        start = time.perf_counter()
-        for _ in range(repeats):
-            a @ b
-        seconds[dtype] = time.perf_counter() - start
-    return seconds[torch.float32] / seconds[torch.bfloat16]
-
-
-def check_precision(precision: str) -> None:
-    """Raise unless `precision` is "auto", "fp32", "bf16" or "fp16"."""
-    if precision not in ("auto", "fp32", "bf16", "fp16"):
-        raise ValueError(
-            f"precision must be 'auto', 'fp32', 'bf16' or 'fp16'; got {precision!r}"
-        )
-
-
-def autocast_dtype(precision: str, device: torch.device) -> torch.dtype | None:
-    """The autocast dtype for "auto", "fp32", "bf16" or "fp16" on `device` (None:
-    fp32)."""
-    check_precision(precision)
-    if precision == "auto":
-        if device.type == "cuda":
-            return torch.bfloat16 if torch.cuda.is_bf16_supported() else torch.float16
-        if device.type == "cpu" and cpu_bf16_speedup() >= 1.5:
-            return torch.bfloat16
-        return None
-    return {"fp32": None, "bf16": torch.bfloat16, "fp16": torch.float16}[precision]
-
-
-def autocast(
-    device: torch.device, dtype: torch.dtype | None
-) -> contextlib.AbstractContextManager:
-    """torch.autocast to `dtype` on `device`; nothing for fp32 (dtype None)."""
-    if dtype is None:
-        return contextlib.nullcontext()
-    return torch.autocast(device.type, dtype=dtype)
-
-
-def keep_freed_memory() -> bool:
-    """Have glibc's malloc keep the large blocks a training step frees, for the next
-    step. Returns False, changing nothing, where the C library is not glibc (macOS,
-    musl)."""
-    if platform.libc_ver()[0] != "glibc":
-        return False
-    libc = ctypes.CDLL(None)
-    M_TRIM_THRESHOLD, M_MMAP_MAX = -1, -4  # glibc's malloc.h
-    return bool(libc.mallopt(M_MMAP_MAX, 0) and libc.mallopt(M_TRIM_THRESHOLD, 2**30))
 
 
 @dataclass
@@ -270,198 +200,6 @@ class TrainBatches:
         if self._stream is not None:
             self._stream.close()
             self._stream = None
-
-
-def init_distributed(device: torch.device) -> tuple[int, int]:
-    """(rank, world_size) from torchrun's environment; joins the process group once."""
-    rank = int(os.environ.get("RANK", 0))
-    world_size = int(os.environ.get("WORLD_SIZE", 1))
-    if world_size > 1 and not dist.is_initialized():
-        if device.type == "cuda":
-            torch.cuda.set_device(device)
-        dist.init_process_group("nccl" if device.type == "cuda" else "gloo")
-    return rank, world_size
-
-
-def data_parallel(model: nn.Module, device: torch.device, world_size: int) -> nn.Module:
-    """The model wrapped in DistributedDataParallel under torchrun; itself otherwise."""
-    if world_size == 1:
-        return model
-    ids = [device] if device.type == "cuda" else None
-    return nn.parallel.DistributedDataParallel(model, device_ids=ids)
-
-
-def sum_over_ranks(value: int, world_size: int, device: torch.device) -> Tensor | int:
-    """The sum of `value` over every process (the value itself without torchrun)."""
-    if world_size == 1:
-        return value
-    total = torch.tensor(float(value), device=device)
-    dist.all_reduce(total)
-    return total
-
-
-def all_gather(value: Tensor, world_size: int) -> list[Tensor]:
-    """`value` from every process, in rank order (a list of one without torchrun)."""
-    if world_size == 1:
-        return [value]
-    gathered = [torch.empty_like(value) for _ in range(world_size)]
-    dist.all_gather(gathered, value)
-    return gathered
-
-
-class Clock:
-    """Decides, after each step, whether to stop and whether a checkpoint is due."""
-
-    def __init__(self, config: TrainingConfig, world_size: int, device: torch.device):
-        self.config, self.world_size, self.device = config, world_size, device
-        self.started = self.last_checkpoint = time.perf_counter()
-        self.shared_minutes = 0.0  # rank 0's minutes, as last broadcast
-
-    def minutes(self) -> float:
-        return (time.perf_counter() - self.started) / 60
-
-    def done(self, step: int) -> float:
-        """The fraction of the run done after `step` steps: of max_steps or of
-        max_minutes, whichever is nearer its end (the same on every process)."""
-        config = self.config
-        minutes = self.minutes() if self.world_size == 1 else self.shared_minutes
-        by_steps = step / config.max_steps if config.max_steps else 0.0
-        by_time = minutes / config.max_minutes if config.max_minutes else 0.0
-        return min(1.0, max(by_steps, by_time))
-
-    def checkpointed(self) -> None:
-        self.last_checkpoint = time.perf_counter()
-
-    def decide(self, step: int) -> tuple[bool, bool]:
-        """(stop now, checkpoint now) after `step` steps."""
-        config = self.config
-        stop = config.max_steps is not None and step >= config.max_steps
-        due = bool(config.checkpoint_every) and step > 0
-        due = due and step % config.checkpoint_every == 0
-        if self.world_size == 1 or step % config.log_every == 0:
-            over = config.max_minutes is not None
-            over = over and self.minutes() >= config.max_minutes
-            late = time.perf_counter() - self.last_checkpoint
-            late = late >= 60 * config.checkpoint_minutes
-            if self.world_size > 1:
-                flags = [float(over), float(late), self.minutes()]
-                flags = torch.tensor(flags, device=self.device, dtype=torch.float64)
-                dist.broadcast(flags, 0)
-                over, late = bool(flags[0]), bool(flags[1])
-                self.shared_minutes = flags[2].item()
-            stop, due = stop or over, due or late
-        return stop, due
-
-
-def cooldown_factor(done: float, cooldown: float) -> float:
-    """The multiplier of the rate once `done` (0 to 1) of the run is done: 1, then
-    falling linearly to 0 over the last `cooldown` of the run."""
-    if cooldown == 0:
-        return 1.0
-    return min(1.0, max(0.0, (1.0 - done) / cooldown))
-
-
-@contextlib.contextmanager
-def scaled_rates(optimizer: torch.optim.Optimizer, factor: float) -> Iterator[None]:
-    """Within the block, every parameter group's rate times `factor`."""
-    rates = [group["lr"] for group in optimizer.param_groups]
-    for group in optimizer.param_groups:
-        group["lr"] = group["lr"] * factor
-    try:
-        yield
-    finally:
-        for group, rate in zip(optimizer.param_groups, rates):
-            group["lr"] = rate
-
-
-class LossWindow:
-    """The summed loss and target tokens of the steps since the last read (on the
-    device)."""
-
-    def __init__(self, device: torch.device):
-        self.sums = torch.zeros(2, dtype=torch.float64, device=device)
-        self.started = time.perf_counter()
-
-    def add(self, loss_sum: Tensor, n_tokens: int) -> None:
-        self.sums[0] += loss_sum
-        self.sums[1] += n_tokens
-
-    def read(self, world_size: int) -> dict[str, float]:
-        """Loss per target token and tokens/s (over every process), then start again."""
-        if world_size > 1:
-            dist.all_reduce(self.sums)
-        loss, tokens = self.sums.tolist()
-        seconds = time.perf_counter() - self.started
-        self.sums.zero_()
-        self.started = time.perf_counter()
-        return {"loss": loss / tokens, "tokens_per_s": tokens / seconds}
-
-
-def append_metrics(out: Path, record: dict) -> None:
-    """Append one JSON line to out/metrics.jsonl."""
-    out.mkdir(parents=True, exist_ok=True)
-    with open(out / "metrics.jsonl", "a") as file:
-        file.write(json.dumps(record) + "\n")
-
-
-def forget_metrics_after(out: Path, step: int) -> None:
-    """Drop the lines of metrics.jsonl after `step`, and a half-written last line: a
-    resumed run repeats those steps and writes them again."""
-    metrics = out / "metrics.jsonl"
-    if not metrics.exists():
-        return
-    lines = metrics.read_text(encoding="utf-8").splitlines(keepends=True)
-    kept = [x for x in lines if x.endswith("\n") and json.loads(x)["step"] <= step]
-    if kept != lines:
-        write_atomically(metrics, lambda file: file.write("".join(kept).encode()))
-
-
-@contextlib.contextmanager
-def progress_bar(
-    total: int | None, initial: int, enabled: bool
-) -> Iterator[Callable[[dict | None], None]]:
-    """Yields show(metrics): a tqdm bar on a terminal, a plain line a log in a file."""
-    plain = enabled and not sys.stderr.isatty()
-    bar = tqdm(total=total, initial=initial, unit="step", disable=not enabled or plain)
-
-    def show(metrics: dict | None) -> None:
-        if metrics is None:
-            bar.update(1)
-        elif plain:
-            print(f"step {metrics['step']}: loss {metrics['loss']:.3f}, "
-                  f"lr {metrics['lr']:.2e}, {metrics['tokens_per_s']:,.0f} tokens/s, "
-                  f"{metrics['minutes']:.1f} min", flush=True)
-        else:
-            bar.set_postfix(loss=f"{metrics['loss']:.3f}", lr=f"{metrics['lr']:.2e}",
-                            tok_s=f"{metrics['tokens_per_s']:,.0f}")
-
-    try:
-        yield show
-    finally:
-        bar.close()
-
-
-@contextlib.contextmanager
-def deferred_signals(enabled: bool = True) -> Iterator[list[int]]:
-    """Within the block, SIGINT and SIGTERM append their number to the yielded list
-    instead of interrupting; a second one raises KeyboardInterrupt. Off when not
-    enabled, or off the main thread (where Python cannot set handlers)."""
-    received: list[int] = []
-    if not enabled or threading.current_thread() is not threading.main_thread():
-        yield received
-        return
-
-    def handler(signum: int, frame: object) -> None:
-        if received:
-            raise KeyboardInterrupt
-        received.append(signum)
-
-    previous = {s: signal.signal(s, handler) for s in (signal.SIGINT, signal.SIGTERM)}
-    try:
-        yield received
-    finally:
-        for number, old in previous.items():
-            signal.signal(number, old)
 
 
 def training_state(trainer: Trainer) -> dict:
@@ -898,27 +636,9 @@ def small_number_run() -> tuple[TransformerConfig, TrainingConfig]:
 
 
 __all__ = [
-    'pick_device',
-    'cpu_bf16_speedup',
-    'check_precision',
-    'autocast_dtype',
-    'autocast',
-    'keep_freed_memory',
     'TrainingConfig',
     'rank_sampler',
     'TrainBatches',
-    'init_distributed',
-    'data_parallel',
-    'sum_over_ranks',
-    'all_gather',
-    'Clock',
-    'cooldown_factor',
-    'scaled_rates',
-    'LossWindow',
-    'append_metrics',
-    'forget_metrics_after',
-    'progress_bar',
-    'deferred_signals',
     'training_state',
     'restore_training_state',
     'output_loss',

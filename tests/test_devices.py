@@ -1,0 +1,62 @@
+"""Tests of transformer/devices.py (book/devices.md)."""
+
+import platform
+import resource
+
+import pytest
+import torch
+
+from transformer.devices import (
+    all_gather,
+    autocast,
+    autocast_dtype,
+    data_parallel,
+    keep_freed_memory,
+    pick_device,
+    sum_over_ranks,
+)
+
+
+def test_a_device_that_is_not_here_is_refused_with_what_is():
+    assert pick_device("cpu") == torch.device("cpu")
+    with pytest.raises(ValueError, match="unknown device 'gpu': expected auto, cpu, cuda, cuda:N or mps"):
+        pick_device("gpu")
+    count = torch.cuda.device_count() if torch.cuda.is_available() else 0
+    with pytest.raises(ValueError, match=rf"device 'cuda:{count}' asked for; this machine has {count} CUDA"):
+        pick_device(f"cuda:{count}")
+
+
+def test_precisions_map_to_autocast_dtypes_and_others_are_refused():
+    cpu = torch.device("cpu")
+    assert autocast_dtype("fp32", cpu) is None and autocast_dtype("bf16", cpu) is torch.bfloat16
+    assert autocast_dtype("auto", cpu) in (None, torch.bfloat16)
+    with pytest.raises(ValueError, match="precision must be 'auto', 'fp32', 'bf16' or 'fp16'; got 'fp8'"):
+        autocast_dtype("fp8", cpu)
+    with autocast(cpu, torch.bfloat16):
+        assert (torch.ones(2, 2) @ torch.ones(2, 2)).dtype == torch.bfloat16
+    with autocast(cpu, None):
+        assert (torch.ones(2, 2) @ torch.ones(2, 2)).dtype == torch.float32
+
+
+def test_one_process_is_the_identity():
+    model, value = torch.nn.Linear(2, 2), torch.arange(3.0)
+    assert data_parallel(model, torch.device("cpu"), 1) is model
+    assert sum_over_ranks(7, 1, torch.device("cpu")) == 7
+    (gathered,) = all_gather(value, 1)
+    assert gathered is value
+
+
+@pytest.mark.skipif(platform.libc_ver()[0] != "glibc", reason="mallopt is glibc's")
+def test_keep_freed_memory_lets_repeated_steps_reuse_freed_pages():
+    """A block of 48 MB allocated, filled and freed again and again, as a training step does with
+    its logits: glibc's default maps it afresh every time (12,288 pages of 4 KiB faulted in);
+    after keep_freed_memory the heap settles and the repeats fault in (almost) nothing."""
+    assert keep_freed_memory()
+
+    def fill_and_free() -> int:
+        before = resource.getrusage(resource.RUSAGE_SELF).ru_minflt
+        torch.ones(12 * 2**20)  # 48 MB of float32, freed at once
+        return resource.getrusage(resource.RUSAGE_SELF).ru_minflt - before
+
+    faults = [fill_and_free() for _ in range(20)]
+    assert max(faults[-5:]) < 1000, faults

@@ -1,0 +1,97 @@
+"""Tests of transformer/runs.py (book/runs.md)."""
+
+import json
+import os
+import signal
+import time
+
+import pytest
+import torch
+
+from transformer.runs import (
+    Clock,
+    LossWindow,
+    append_metrics,
+    cooldown_factor,
+    deferred_signals,
+    forget_metrics_after,
+    scaled_rates,
+)
+from transformer.trainer import TrainingConfig
+
+
+def test_the_clock_stops_at_max_steps_and_checkpoints_every_n_steps():
+    config = TrainingConfig(max_steps=10, checkpoint_every=4, checkpoint_minutes=1e9)
+    clock = Clock(config, world_size=1, device=torch.device("cpu"))
+    decisions = [clock.decide(step) for step in range(11)]
+    assert [step for step, (_, due) in enumerate(decisions) if due] == [4, 8]
+    assert [step for step, (stop, _) in enumerate(decisions) if stop] == [10]
+    timed = Clock(TrainingConfig(max_minutes=1e-9, checkpoint_minutes=1e-9), 1, torch.device("cpu"))
+    time.sleep(0.01)
+    assert timed.decide(1) == (True, True), "past max_minutes and past checkpoint_minutes"
+
+
+def test_the_clock_says_how_much_of_the_run_is_done():
+    cpu = torch.device("cpu")
+    assert Clock(TrainingConfig(max_steps=10), 1, cpu).done(4) == 0.4
+    assert Clock(TrainingConfig(max_steps=10, max_minutes=1e9), 1, cpu).done(5) == 0.5
+    timed = Clock(TrainingConfig(max_steps=10, max_minutes=1e-9), 1, cpu)
+    time.sleep(0.01)
+    assert timed.done(1) == 1.0, "past max_minutes: all done, whatever the steps say"
+
+
+def test_the_cooldown_factor_is_the_written_out_line():
+    """Oracle: 1 until the last `cooldown` of the run, then (1 - done) / cooldown."""
+    for done in (0.0, 0.5, 0.75, 0.8, 0.9, 0.95, 1.0):
+        assert cooldown_factor(done, 0.25) == pytest.approx(min(1.0, (1 - done) / 0.25))
+        assert cooldown_factor(done, 0.0) == 1.0
+
+
+def test_scaled_rates_scale_within_the_block_and_restore_after_an_error():
+    optimizer = torch.optim.SGD([torch.zeros(1, requires_grad=True)], lr=0.4)
+    with pytest.raises(RuntimeError), scaled_rates(optimizer, 0.5):
+        assert optimizer.param_groups[0]["lr"] == 0.2
+        raise RuntimeError
+    assert optimizer.param_groups[0]["lr"] == 0.4
+
+
+def test_the_loss_window_sums_loss_and_tokens_between_reads():
+    window = LossWindow(torch.device("cpu"))
+    for loss, tokens in ((6.0, 3), (2.0, 1)):
+        window.add(torch.tensor(loss), tokens)
+    first = window.read(world_size=1)
+    assert first["loss"] == 8.0 / 4 and first["tokens_per_s"] > 0
+    window.add(torch.tensor(1.0), 2)
+    assert window.read(world_size=1)["loss"] == 0.5, "a read starts a new window"
+
+
+def test_metrics_are_appended_one_json_line_a_record(tmp_path):
+    append_metrics(tmp_path / "run", {"step": 1, "loss": 2.5})
+    append_metrics(tmp_path / "run", {"step": 2, "loss": 2.0})
+    lines = (tmp_path / "run" / "metrics.jsonl").read_text().splitlines()
+    assert [json.loads(line)["step"] for line in lines] == [1, 2]
+
+
+def test_forgetting_metrics_keeps_complete_lines_up_to_the_step(tmp_path):
+    lines = [json.dumps({"step": s, "loss": 1.0 / s}) + "\n" for s in (2, 4, 6)]
+    (tmp_path / "metrics.jsonl").write_text("".join(lines) + '{"step": 8, "lo')
+    forget_metrics_after(tmp_path, 4)
+    assert (tmp_path / "metrics.jsonl").read_text() == "".join(lines[:2])
+    forget_metrics_after(tmp_path / "absent", 4)  # no metrics yet: nothing to do
+
+
+def test_a_signal_in_the_block_is_recorded_and_a_second_interrupts():
+    with deferred_signals() as received:
+        os.kill(os.getpid(), signal.SIGTERM)
+        time.sleep(0.05)
+        assert received == [signal.SIGTERM]
+        with pytest.raises(KeyboardInterrupt):
+            os.kill(os.getpid(), signal.SIGINT)
+            time.sleep(0.05)
+    assert signal.getsignal(signal.SIGTERM) is signal.SIG_DFL
+
+
+def test_deferred_signals_can_be_off():
+    with deferred_signals(enabled=False) as received:
+        assert signal.getsignal(signal.SIGTERM) is signal.SIG_DFL
+    assert received == []

@@ -1,0 +1,148 @@
+# Generated from book/devices.md by tools/export.py: edit the chapter.
+"""Devices, precision and processes: where a run trains, in which dtype, over how many
+processes."""
+
+from __future__ import annotations
+
+import contextlib
+import ctypes
+import functools
+import os
+import platform
+import time
+
+import torch
+import torch.distributed as dist
+from torch import Tensor, nn
+
+
+def pick_device(device: str = "auto") -> torch.device:
+    """ "auto": CUDA, then MPS, then CPU; otherwise the named device, if it is here."""
+    if device != "auto":
+        try:
+            chosen = torch.device(device)
+        except RuntimeError:
+            raise ValueError(
+                f"unknown device {device!r}: expected auto, cpu, cuda, cuda:N or mps"
+            ) from None
+        count = torch.cuda.device_count() if torch.cuda.is_available() else 0
+        if chosen.type == "cuda" and (chosen.index or 0) >= count:
+            raise ValueError(
+                f"device {device!r} asked for; this machine has {count} CUDA GPU(s)"
+            )
+        if chosen.type == "mps" and not torch.backends.mps.is_available():
+            raise ValueError(f"device {device!r} asked for; MPS is not available here")
+        return chosen
+    if torch.cuda.is_available():
+        return torch.device("cuda", int(os.environ.get("LOCAL_RANK", 0)))
+    if torch.backends.mps.is_available():
+        return torch.device("mps")
+    return torch.device("cpu")
+
+
+@functools.cache
+def cpu_bf16_speedup(size: int = 1024, repeats: int = 5) -> float:
+    """Measured speed of a bf16 over an fp32 matrix product on this CPU."""
+    seconds = {}
+    for dtype in (torch.float32, torch.bfloat16):
+        a, b = torch.randn(size, size, dtype=dtype), torch.randn(
+            size, size, dtype=dtype
+        )
+        a @ b  # warm-up
+        start = time.perf_counter()
+        for _ in range(repeats):
+            a @ b
+        seconds[dtype] = time.perf_counter() - start
+    return seconds[torch.float32] / seconds[torch.bfloat16]
+
+
+def check_precision(precision: str) -> None:
+    """Raise unless `precision` is "auto", "fp32", "bf16" or "fp16"."""
+    if precision not in ("auto", "fp32", "bf16", "fp16"):
+        raise ValueError(
+            f"precision must be 'auto', 'fp32', 'bf16' or 'fp16'; got {precision!r}"
+        )
+
+
+def autocast_dtype(precision: str, device: torch.device) -> torch.dtype | None:
+    """The autocast dtype for "auto", "fp32", "bf16" or "fp16" on `device` (None:
+    fp32)."""
+    check_precision(precision)
+    if precision == "auto":
+        if device.type == "cuda":
+            return torch.bfloat16 if torch.cuda.is_bf16_supported() else torch.float16
+        if device.type == "cpu" and cpu_bf16_speedup() >= 1.5:
+            return torch.bfloat16
+        return None
+    return {"fp32": None, "bf16": torch.bfloat16, "fp16": torch.float16}[precision]
+
+
+def autocast(
+    device: torch.device, dtype: torch.dtype | None
+) -> contextlib.AbstractContextManager:
+    """torch.autocast to `dtype` on `device`; nothing for fp32 (dtype None)."""
+    if dtype is None:
+        return contextlib.nullcontext()
+    return torch.autocast(device.type, dtype=dtype)
+
+
+def keep_freed_memory() -> bool:
+    """Have glibc's malloc keep the large blocks a training step frees, for the next
+    step. Returns False, changing nothing, where the C library is not glibc (macOS,
+    musl)."""
+    if platform.libc_ver()[0] != "glibc":
+        return False
+    libc = ctypes.CDLL(None)
+    M_TRIM_THRESHOLD, M_MMAP_MAX = -1, -4  # glibc's malloc.h
+    return bool(libc.mallopt(M_MMAP_MAX, 0) and libc.mallopt(M_TRIM_THRESHOLD, 2**30))
+
+
+def init_distributed(device: torch.device) -> tuple[int, int]:
+    """(rank, world_size) from torchrun's environment; joins the process group once."""
+    rank = int(os.environ.get("RANK", 0))
+    world_size = int(os.environ.get("WORLD_SIZE", 1))
+    if world_size > 1 and not dist.is_initialized():
+        if device.type == "cuda":
+            torch.cuda.set_device(device)
+        dist.init_process_group("nccl" if device.type == "cuda" else "gloo")
+    return rank, world_size
+
+
+def data_parallel(model: nn.Module, device: torch.device, world_size: int) -> nn.Module:
+    """The model wrapped in DistributedDataParallel under torchrun; itself otherwise."""
+    if world_size == 1:
+        return model
+    ids = [device] if device.type == "cuda" else None
+    return nn.parallel.DistributedDataParallel(model, device_ids=ids)
+
+
+def sum_over_ranks(value: int, world_size: int, device: torch.device) -> Tensor | int:
+    """The sum of `value` over every process (the value itself without torchrun)."""
+    if world_size == 1:
+        return value
+    total = torch.tensor(float(value), device=device)
+    dist.all_reduce(total)
+    return total
+
+
+def all_gather(value: Tensor, world_size: int) -> list[Tensor]:
+    """`value` from every process, in rank order (a list of one without torchrun)."""
+    if world_size == 1:
+        return [value]
+    gathered = [torch.empty_like(value) for _ in range(world_size)]
+    dist.all_gather(gathered, value)
+    return gathered
+
+
+__all__ = [
+    'pick_device',
+    'cpu_bf16_speedup',
+    'check_precision',
+    'autocast_dtype',
+    'autocast',
+    'keep_freed_memory',
+    'init_distributed',
+    'data_parallel',
+    'sum_over_ranks',
+    'all_gather',
+]

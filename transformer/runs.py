@@ -1,0 +1,192 @@
+# Generated from book/runs.md by tools/export.py: edit the chapter.
+"""The run around the training loop: when to stop and checkpoint, the cool-down, the
+log, and deferred signals."""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import signal
+import sys
+import threading
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+import torch
+import torch.distributed as dist
+from torch import Tensor
+from tqdm import tqdm
+
+from transformer.checkpoints import write_atomically
+
+if TYPE_CHECKING:
+    from transformer.trainer import TrainingConfig
+
+
+class Clock:
+    """Decides, after each step, whether to stop and whether a checkpoint is due."""
+
+    def __init__(self, config: TrainingConfig, world_size: int, device: torch.device):
+        self.config, self.world_size, self.device = config, world_size, device
+        self.started = self.last_checkpoint = time.perf_counter()
+        self.shared_minutes = 0.0  # rank 0's minutes, as last broadcast
+
+    def minutes(self) -> float:
+        return (time.perf_counter() - self.started) / 60
+
+    def done(self, step: int) -> float:
+        """The fraction of the run done after `step` steps: of max_steps or of
+        max_minutes, whichever is nearer its end (the same on every process)."""
+        config = self.config
+        minutes = self.minutes() if self.world_size == 1 else self.shared_minutes
+        by_steps = step / config.max_steps if config.max_steps else 0.0
+        by_time = minutes / config.max_minutes if config.max_minutes else 0.0
+        return min(1.0, max(by_steps, by_time))
+
+    def checkpointed(self) -> None:
+        self.last_checkpoint = time.perf_counter()
+
+    def decide(self, step: int) -> tuple[bool, bool]:
+        """(stop now, checkpoint now) after `step` steps."""
+        config = self.config
+        stop = config.max_steps is not None and step >= config.max_steps
+        due = bool(config.checkpoint_every) and step > 0
+        due = due and step % config.checkpoint_every == 0
+        if self.world_size == 1 or step % config.log_every == 0:
+            over = config.max_minutes is not None
+            over = over and self.minutes() >= config.max_minutes
+            late = time.perf_counter() - self.last_checkpoint
+            late = late >= 60 * config.checkpoint_minutes
+            if self.world_size > 1:
+                flags = [float(over), float(late), self.minutes()]
+                flags = torch.tensor(flags, device=self.device, dtype=torch.float64)
+                dist.broadcast(flags, 0)
+                over, late = bool(flags[0]), bool(flags[1])
+                self.shared_minutes = flags[2].item()
+            stop, due = stop or over, due or late
+        return stop, due
+
+
+def cooldown_factor(done: float, cooldown: float) -> float:
+    """The multiplier of the rate once `done` (0 to 1) of the run is done: 1, then
+    falling linearly to 0 over the last `cooldown` of the run."""
+    if cooldown == 0:
+        return 1.0
+    return min(1.0, max(0.0, (1.0 - done) / cooldown))
+
+
+@contextlib.contextmanager
+def scaled_rates(optimizer: torch.optim.Optimizer, factor: float) -> Iterator[None]:
+    """Within the block, every parameter group's rate times `factor`."""
+    rates = [group["lr"] for group in optimizer.param_groups]
+    for group in optimizer.param_groups:
+        group["lr"] = group["lr"] * factor
+    try:
+        yield
+    finally:
+        for group, rate in zip(optimizer.param_groups, rates):
+            group["lr"] = rate
+
+
+class LossWindow:
+    """The summed loss and target tokens of the steps since the last read (on the
+    device)."""
+
+    def __init__(self, device: torch.device):
+        self.sums = torch.zeros(2, dtype=torch.float64, device=device)
+        self.started = time.perf_counter()
+
+    def add(self, loss_sum: Tensor, n_tokens: int) -> None:
+        self.sums[0] += loss_sum
+        self.sums[1] += n_tokens
+
+    def read(self, world_size: int) -> dict[str, float]:
+        """Loss per target token and tokens/s (over every process), then start again."""
+        if world_size > 1:
+            dist.all_reduce(self.sums)
+        loss, tokens = self.sums.tolist()
+        seconds = time.perf_counter() - self.started
+        self.sums.zero_()
+        self.started = time.perf_counter()
+        return {"loss": loss / tokens, "tokens_per_s": tokens / seconds}
+
+
+def append_metrics(out: Path, record: dict) -> None:
+    """Append one JSON line to out/metrics.jsonl."""
+    out.mkdir(parents=True, exist_ok=True)
+    with open(out / "metrics.jsonl", "a") as file:
+        file.write(json.dumps(record) + "\n")
+
+
+def forget_metrics_after(out: Path, step: int) -> None:
+    """Drop the lines of metrics.jsonl after `step`, and a half-written last line: a
+    resumed run repeats those steps and writes them again."""
+    metrics = out / "metrics.jsonl"
+    if not metrics.exists():
+        return
+    lines = metrics.read_text(encoding="utf-8").splitlines(keepends=True)
+    kept = [x for x in lines if x.endswith("\n") and json.loads(x)["step"] <= step]
+    if kept != lines:
+        write_atomically(metrics, lambda file: file.write("".join(kept).encode()))
+
+
+@contextlib.contextmanager
+def progress_bar(
+    total: int | None, initial: int, enabled: bool
+) -> Iterator[Callable[[dict | None], None]]:
+    """Yields show(metrics): a tqdm bar on a terminal, a plain line a log in a file."""
+    plain = enabled and not sys.stderr.isatty()
+    bar = tqdm(total=total, initial=initial, unit="step", disable=not enabled or plain)
+
+    def show(metrics: dict | None) -> None:
+        if metrics is None:
+            bar.update(1)
+        elif plain:
+            print(f"step {metrics['step']}: loss {metrics['loss']:.3f}, "
+                  f"lr {metrics['lr']:.2e}, {metrics['tokens_per_s']:,.0f} tokens/s, "
+                  f"{metrics['minutes']:.1f} min", flush=True)
+        else:
+            bar.set_postfix(loss=f"{metrics['loss']:.3f}", lr=f"{metrics['lr']:.2e}",
+                            tok_s=f"{metrics['tokens_per_s']:,.0f}")
+
+    try:
+        yield show
+    finally:
+        bar.close()
+
+
+@contextlib.contextmanager
+def deferred_signals(enabled: bool = True) -> Iterator[list[int]]:
+    """Within the block, SIGINT and SIGTERM append their number to the yielded list
+    instead of interrupting; a second one raises KeyboardInterrupt. Off when not
+    enabled, or off the main thread (where Python cannot set handlers)."""
+    received: list[int] = []
+    if not enabled or threading.current_thread() is not threading.main_thread():
+        yield received
+        return
+
+    def handler(signum: int, frame: object) -> None:
+        if received:
+            raise KeyboardInterrupt
+        received.append(signum)
+
+    previous = {s: signal.signal(s, handler) for s in (signal.SIGINT, signal.SIGTERM)}
+    try:
+        yield received
+    finally:
+        for number, old in previous.items():
+            signal.signal(number, old)
+
+
+__all__ = [
+    'Clock',
+    'cooldown_factor',
+    'scaled_rates',
+    'LossWindow',
+    'append_metrics',
+    'forget_metrics_after',
+    'progress_bar',
+    'deferred_signals',
+]
