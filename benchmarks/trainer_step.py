@@ -69,7 +69,6 @@ import torch
 from report import machine, spread, write_report
 from train_throughput import PEAK_TFLOPS, TorchPeer, bare_step, sync
 from transformer import Trainer, TrainingConfig, TransformerConfig, label_smoothed_loss
-from transformer.cli import PRESETS
 from transformer.data import PAD, prepare_data
 from transformer.devices import autocast
 from transformer.training import learning_rate
@@ -173,7 +172,7 @@ def peer_steps(peer: TorchPeer, optimizer, batches, trainer: Trainer) -> float:
 
 def preset(name: str) -> TransformerConfig:
     """The model of `train --preset NAME`."""
-    return TransformerConfig(**PRESETS[name][0]) if name == "tiny" else getattr(TransformerConfig, name)()
+    return TransformerConfig.preset(name)
 
 
 def sentence_lengths(batch) -> tuple[torch.Tensor, torch.Tensor]:

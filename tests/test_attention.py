@@ -12,7 +12,6 @@ from transformer.attention import (
     attention_for_cpu_training,
     causal_mask,
     padding_mask,
-    segment_mask,
 )
 
 
@@ -31,81 +30,6 @@ def test_explicit_formula_equals_fused_kernel_with_and_without_masks():
         torch.testing.assert_close(weights.sum(-1), torch.ones(2, 4, 5))
         if mask is not None:
             assert torch.all(weights.masked_select(~mask.expand_as(weights)) == 0)
-
-
-def _attention_in_float64(q, k, v, mask):
-    """Oracle: torch's composite kernel in float64."""
-    with torch.nn.attention.sdpa_kernel(torch.nn.attention.SDPBackend.MATH):
-        return F.scaled_dot_product_attention(q.double(), k.double(), v.double(), attn_mask=mask)
-
-
-def test_cpu_training_attention_equals_torch_forward_and_backward():
-    segments = torch.tensor([[1, 1, 2, 2, 2, 0, 0], [1, 1, 1, 1, 1, 1, 2]])
-    keys = torch.tensor([[1, 2, 3, 4, 5, 0, 0], [1, 2, 3, 4, 5, 6, 7]])
-    masks = {"none": None, "padding": padding_mask(keys, 0), "causal": causal_mask(7),
-             "packed": segment_mask(segments, segments) & causal_mask(7)}
-    for name, mask in masks.items():
-        q, k, v = (torch.randn(2, 4, 7, d, requires_grad=True) for d in (16, 16, 8))
-        ours = attention_for_cpu_training(q, k, v, mask, 0.0)
-        expected = _attention_in_float64(q, k, v, mask)
-        torch.testing.assert_close(ours.double(), expected, atol=1e-5, rtol=1e-5, msg=name)
-        g = torch.randn_like(ours)
-        for a, b in zip(torch.autograd.grad(ours, (q, k, v), g),
-                        torch.autograd.grad(expected, (q, k, v), g.double())):
-            torch.testing.assert_close(a, b, atol=1e-5, rtol=1e-5, msg=name)
-
-
-@pytest.mark.parametrize("n_k", [1, 15, 16, 17, 40])
-def test_cpu_training_attention_on_either_side_of_the_padded_softmax(n_k):
-    """Rows of scores shorter than 16 are padded for the softmax and cut back; longer
-    ones are not: the same values and gradients as float64 either way, and a query with
-    no key to attend to still gets NaN."""
-    q, k, v = (torch.randn(3, 2, n, 8, requires_grad=True) for n in (5, n_k, n_k))
-    lengths = torch.tensor([n_k, max(1, n_k // 2), 1])
-    mask = (torch.arange(n_k) < lengths[:, None])[:, None, None, :]
-    ours = attention_for_cpu_training(q, k, v, mask, 0.0)
-    expected = _attention_in_float64(q, k, v, mask)
-    torch.testing.assert_close(ours.double(), expected, atol=1e-5, rtol=1e-5)
-    g = torch.randn_like(ours)
-    for a, b in zip(torch.autograd.grad(ours, (q, k, v), g),
-                    torch.autograd.grad(expected, (q, k, v), g.double())):
-        torch.testing.assert_close(a, b, atol=1e-5, rtol=1e-5)
-    no_key = torch.zeros(1, 1, 1, n_k, dtype=torch.bool)
-    assert attention_for_cpu_training(q, k, v, no_key, 0.0).isnan().all()
-
-
-def test_cpu_training_attention_under_bf16_autocast_is_close_to_float64():
-    q, k, v = (torch.randn(3, 4, 9, 16, requires_grad=True) for _ in range(3))
-    mask = padding_mask(torch.tensor([[1] * 9, [1] * 5 + [0] * 4, [1] * 2 + [0] * 7]), 0)
-    with torch.autocast("cpu", dtype=torch.bfloat16):
-        ours = attention_for_cpu_training(q.bfloat16(), k.bfloat16(), v.bfloat16(), mask, 0.0)
-    assert ours.dtype == torch.bfloat16
-    expected = _attention_in_float64(q, k, v, mask)
-    assert (ours.double() - expected).abs().max() < 0.05
-    g = torch.randn_like(expected)
-    for a, b in zip(torch.autograd.grad(ours, (q, k, v), g.bfloat16()),
-                    torch.autograd.grad(expected, (q, k, v), g)):
-        assert (a - b).abs().max() < 0.05 * b.abs().max()
-
-
-def test_cpu_training_attention_keeps_float64():
-    q, k, v = (torch.randn(2, 2, 5, 8, dtype=torch.float64, requires_grad=True) for _ in range(3))
-    mask = causal_mask(5)
-    ours = attention_for_cpu_training(q, k, v, mask, 0.0)
-    assert ours.dtype == torch.float64
-    torch.testing.assert_close(ours, _attention_in_float64(q, k, v, mask), atol=1e-12, rtol=1e-12)
-    assert torch.autograd.gradcheck(lambda *x: attention_for_cpu_training(*x, mask, 0.0), (q, k, v))
-
-
-def test_cpu_training_attention_drops_weights_with_dropout():
-    """Oracle: the written-out equation on the same dropout mask (the same seed)."""
-    q, k, v = (torch.randn(2, 2, 6, 8) for _ in range(3))
-    torch.manual_seed(3)
-    ours = attention_for_cpu_training(q, k, v, None, 0.5)
-    torch.manual_seed(3)
-    expected, _ = scaled_dot_product_attention(q, k, v, None, 0.5)
-    torch.testing.assert_close(ours, expected, atol=1e-5, rtol=1e-5)
-    assert not torch.allclose(ours, scaled_dot_product_attention(q, k, v)[0], atol=1e-3)
 
 
 def test_attend_computes_the_written_out_function_by_each_kernel():

@@ -1,8 +1,5 @@
 """Tests of transformer/devices.py (book/devices.md)."""
 
-import platform
-import resource
-
 import pytest
 import torch
 
@@ -11,7 +8,6 @@ from transformer.devices import (
     autocast,
     autocast_dtype,
     data_parallel,
-    keep_freed_memory,
     pick_device,
     sum_over_ranks,
 )
@@ -46,17 +42,3 @@ def test_one_process_is_the_identity():
     assert gathered is value
 
 
-@pytest.mark.skipif(platform.libc_ver()[0] != "glibc", reason="mallopt is glibc's")
-def test_keep_freed_memory_lets_repeated_steps_reuse_freed_pages():
-    """A block of 48 MB allocated, filled and freed again and again, as a training step does with
-    its logits: glibc's default maps it afresh every time (12,288 pages of 4 KiB faulted in);
-    after keep_freed_memory the heap settles and the repeats fault in (almost) nothing."""
-    assert keep_freed_memory()
-
-    def fill_and_free() -> int:
-        before = resource.getrusage(resource.RUSAGE_SELF).ru_minflt
-        torch.ones(12 * 2**20)  # 48 MB of float32, freed at once
-        return resource.getrusage(resource.RUSAGE_SELF).ru_minflt - before
-
-    faults = [fill_and_free() for _ in range(20)]
-    assert max(faults[-5:]) < 1000, faults

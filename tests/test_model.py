@@ -1,13 +1,12 @@
 """Tests of transformer/model.py (book/model.md)."""
 
-import itertools
 
 import pytest
 import torch
 
 from transformer import Transformer, TransformerConfig
 from transformer.attention import causal_mask, padding_mask
-from transformer.model import DecoderLayer, Dropout, EncoderLayer, LayerNorm
+from transformer.model import DecoderLayer, EncoderLayer
 
 SMALL = dict(src_vocab_size=60, tgt_vocab_size=60, d_model=32, n_heads=4, d_ff=64, n_layers=2, dropout=0.0)
 
@@ -182,51 +181,6 @@ def test_bad_inputs_raise_clear_errors():
         model.decode(ok, torch.randn(2, 5, 16))
 
 
-
-def test_dropout_on_a_cpu_is_dropout():
-    """What Srivastava et al. define: each feature kept with probability 1 - p and scaled by
-    1 / (1 - p), the gradient through the same mask; the identity in evaluation."""
-    p = 0.3
-    x = torch.rand(400, 500) + 1  # no zeros of its own
-    x.requires_grad_()
-    dropout = Dropout(p).train()
-    out = dropout(x)
-    kept = out != 0
-    assert abs(kept.float().mean().item() - (1 - p)) < 0.005  # 200,000 features: 5 standard deviations
-    # four consecutive features share one 64-bit draw of the generator: any two of them are
-    # dropped together as often as independent features are (p ** 2; 50,000 groups: 5 sd)
-    groups = (~kept).flatten().view(-1, 4).float()
-    for i, j in itertools.combinations(range(4), 2):
-        assert abs((groups[:, i] * groups[:, j]).mean().item() - p**2) < 0.0065, (i, j)
-    assert torch.allclose(out[kept], x[kept] / (1 - p))
-    out.sum().backward()
-    assert torch.allclose(x.grad, kept.float() / (1 - p))
-    assert not torch.equal(dropout(x), out), "a new mask every call"
-    assert torch.equal(dropout.eval()(x), x)
-    low = x.detach().bfloat16()
-    out = Dropout(p).train()(low)
-    assert out.dtype == torch.bfloat16
-    kept = out != 0  # the survivors scaled by 1 / (1 - p) rounded to bf16, as nn.Dropout's
-    reference = torch.nn.functional.dropout(low, p)
-    scale = {name: (y[y != 0].float() / low[y != 0].float()).mean().item()
-             for name, y in (("ours", out), ("nn.Dropout", reference))}
-    assert abs(scale["ours"] - scale["nn.Dropout"]) < 1e-4 * scale["nn.Dropout"], scale
-    for extreme in (1e-6, 1 - 1e-6):  # p rounds to 0 or 1 in 16 bits: nn.Dropout's, finite
-        assert torch.isfinite(Dropout(extreme).train()(x)).all()
-
-
-def test_layer_norm_computes_in_fp32_under_autocast_and_returns_its_inputs_dtype():
-    norm = LayerNorm(32)
-    torch.nn.init.normal_(norm.weight)
-    torch.nn.init.normal_(norm.bias)
-    x = torch.randn(4, 7, 32).bfloat16()
-    with torch.autocast("cpu", dtype=torch.bfloat16):
-        y = norm(x)
-    expected = torch.nn.functional.layer_norm(x.float(), (32,), norm.weight, norm.bias, 1e-5)
-    assert y.dtype == torch.bfloat16 and torch.equal(y, expected.bfloat16())
-    assert norm(x.float()).dtype == torch.float32
-
-
 @pytest.mark.parametrize("norm_first", [False, True])
 def test_under_autocast_the_residual_stream_is_kept_in_its_dtype(norm_first):
     """Every layer's output, the encoder's memory and the decoder's output are bf16 under
@@ -334,3 +288,15 @@ def test_packed_segments_must_match_their_ids():
     src, tgt, (src_seg, tgt_seg) = _packed_row(PAIRS, 14, 12)
     with pytest.raises(ValueError, match=r"tgt_segments must have the shape of tgt \(1, 12\); got \(1, 11\)"):
         model(src, tgt, segments=(src_seg, tgt_seg[:, :-1]))
+
+
+def test_presets_are_the_published_shapes():
+    """Table 3's base and big, Wu et al.'s Transformer-tiny (pre-LN here), and small."""
+    shape = lambda c: (c.n_layers, c.d_model, c.n_heads, c.d_ff, c.dropout, c.norm_first)  # noqa: E731
+    assert shape(TransformerConfig.preset("base")) == (6, 512, 8, 2048, 0.1, False)
+    assert shape(TransformerConfig.preset("big")) == (6, 1024, 16, 4096, 0.3, False)
+    assert shape(TransformerConfig.preset("tiny")) == (4, 128, 4, 256, 0.3, True)
+    assert shape(TransformerConfig.preset("small")) == (3, 256, 4, 1024, 0.1, False)
+    assert TransformerConfig.preset("tiny", norm_first=False, dropout=0.1).dropout == 0.1
+    with pytest.raises(ValueError, match="preset must be one of tiny, small, base, big; got 'huge'"):
+        TransformerConfig.preset("huge")

@@ -27,68 +27,12 @@ from transformer import (
 )
 from transformer.trainer import (
     check_vocabulary,
-    output_loss,
     rank_sampler,
     train_once,
 )
 
 TINY = TransformerConfig(d_model=32, n_heads=4, d_ff=64, n_layers=2, dropout=0.1)
 
-
-
-@pytest.mark.parametrize("rows, blocks", [(1, 1), (4, 1), (2, 2), (4, 3), (5, 2), (1000, 8)])
-def test_output_loss_equals_cross_entropy_on_the_logits(rows, blocks):
-    """Oracle: torch's F.cross_entropy with label_smoothing on the full logits."""
-    torch.manual_seed(0)
-    hidden = torch.randn(3, 5, 8, dtype=torch.float64, requires_grad=True)
-    weight = torch.randn(11, 8, dtype=torch.float64, requires_grad=True)
-    target = torch.randint(1, 11, (3, 5))
-    target[0, 2:] = 0  # padding
-    target[2, 4] = 0
-    expected = torch.nn.functional.cross_entropy(
-        (hidden @ weight.T).flatten(0, 1), target.flatten(), ignore_index=0, label_smoothing=0.2,
-        reduction="sum")
-    got = output_loss(hidden, weight, target, 0.2, rows=rows, blocks=blocks)
-    assert torch.allclose(got.double(), expected, rtol=1e-6)
-    scale = 0.37  # the backward pass scales the gradients kept by the forward pass
-    want = torch.autograd.grad(expected * scale, (hidden, weight))
-    have = torch.autograd.grad(got * scale, (hidden, weight))
-    for a, b in zip(want, have):
-        assert torch.allclose(a, b, rtol=1e-5, atol=1e-6)  # the logits in fp32, as ever
-    assert not have[0][0, 2:].any(), "padding positions get no gradient"
-
-
-def test_output_loss_is_exact_where_the_target_probability_underflows():
-    """Rows so confident (margins of hundreds) that exp(log p_y) is 0 in fp32: the loss
-    takes log-sum-exp from the largest logit, so it stays finite and exact. Oracle:
-    cross_entropy in float64 on the logits."""
-    torch.manual_seed(0)
-    hidden = torch.randn(6, 4) * 60
-    weight = torch.randn(9, 4)
-    target = torch.randint(1, 9, (6,))
-    logits = (hidden @ weight.T).double()
-    assert (logits.log_softmax(-1).gather(1, target[:, None]) < -120).any()
-    expected = torch.nn.functional.cross_entropy(logits, target, label_smoothing=0.1, reduction="sum")
-    got = output_loss(hidden[None], weight, target[None], 0.1, pad_id=0, rows=4)
-    assert torch.isfinite(got) and abs(got.item() - expected.item()) <= 1e-5 * expected.item()
-
-
-def test_output_loss_under_bf16_autocast_is_the_logits_path_in_bf16():
-    torch.manual_seed(0)
-    hidden = torch.randn(4, 6, 16, requires_grad=True)
-    weight = torch.randn(40, 16, requires_grad=True)
-    target = torch.randint(0, 40, (4, 6))
-    with torch.autocast("cpu", dtype=torch.bfloat16):
-        expected = torch.nn.functional.cross_entropy(
-            torch.nn.functional.linear(hidden, weight).flatten(0, 1).float(), target.flatten(),
-            ignore_index=0, label_smoothing=0.1, reduction="sum")
-        got = output_loss(hidden, weight, target, 0.1, rows=7)
-    assert got.dtype == torch.float32
-    assert torch.allclose(got, expected, rtol=1e-3)
-    want, have = (torch.autograd.grad(loss, (hidden, weight)) for loss in (expected, got))
-    assert have[1].dtype == torch.float32  # the fp32 master weights get fp32 gradients
-    for a, b in zip(want, have):
-        assert torch.allclose(a, b, rtol=0.02, atol=0.02 * a.abs().max().item())
 
 def _config(corpus, **overrides):
     settings = dict(data=str(corpus), vocab_size=60, max_tokens=60, max_steps=6, warmup_steps=10, lr_scale=1.0,
@@ -483,3 +427,40 @@ def test_a_model_smaller_than_the_tokenizer_is_refused():
     check_vocabulary(model(50, 60), tokenizer)
     with pytest.raises(ValueError, match=r"vocabularies \(50, 40\) must hold the tokenizer's 50 ids"):
         check_vocabulary(model(50, 40), tokenizer)
+
+
+def test_lowercase_is_a_setting_of_the_run_and_travels_with_its_checkpoints(tiny_corpus, tmp_path):
+    """lowercase=True: a tokenizer that lowercases (its normalizer maps "Eins" to "eins"),
+    kept by the checkpoint's settings, so a resumed run keeps it."""
+    from transformer.data import lowercases
+
+    for path in tiny_corpus.iterdir():
+        path.write_text(path.read_text().title())
+    trainer = Trainer.from_config(TINY, _config(tiny_corpus, lowercase=True, max_steps=2), tmp_path / "lc")
+    assert lowercases(trainer.data.tokenizer)
+    assert trainer.data.tokenizer.encode("Eins").tokens == trainer.data.tokenizer.encode("eins").tokens
+    trainer.fit(progress=False)
+    resumed = Trainer.resume(tmp_path / "lc", max_steps=3)
+    assert resumed.config.lowercase and lowercases(resumed.data.tokenizer)
+    cased = Trainer.from_config(TINY, _config(tiny_corpus), tmp_path / "cased")
+    assert not lowercases(cased.data.tokenizer)
+
+
+def test_training_presets_follow_the_data_and_the_budget():
+    from transformer.trainer import GPU_TEXT_STEPS
+
+    numbers = TrainingConfig.preset("small", text=False, max_steps=300)
+    assert (numbers.vocab_size, numbers.max_tokens, numbers.split_punctuation) == (200, 2000, False)
+    assert numbers.checkpoint_every == 20, "15 checkpoints over 300 steps"
+    text = TrainingConfig.preset("small", text=True, max_minutes=60)
+    assert (text.vocab_size, text.max_tokens, text.split_punctuation) == (8000, 4000, True)
+    assert text.checkpoint_minutes == 4.0 and text.checkpoint_every is None
+    assert TrainingConfig.preset("tiny", text=True, max_minutes=600).checkpoint_minutes == 10.0, "the paper's"
+    given = TrainingConfig.preset("tiny", text=True, max_steps=90, checkpoint_every=7, lr_scale=1.0)
+    assert (given.checkpoint_every, given.lr_scale, given.warmup_steps) == (7, 1.0, 800)
+    gpu = TrainingConfig.preset("tiny", text=True, cuda=True)
+    assert gpu.max_steps == GPU_TEXT_STEPS and gpu.checkpoint_every == GPU_TEXT_STEPS // 15
+    for name, text, cuda in (("tiny", True, False), ("small", True, True), ("tiny", False, True)):
+        with pytest.raises(ValueError, match="say when to stop"):
+            TrainingConfig.preset(name, text=text, cuda=cuda)
+    assert TrainingConfig.preset("big", text=True, max_steps=10).keep_checkpoints == 20

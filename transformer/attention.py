@@ -16,6 +16,8 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
+from transformer.fast import FastPaths, attention_for_cpu_training
+
 
 def scaled_dot_product_attention(
     query: Tensor,
@@ -237,6 +239,7 @@ def attend(
     or None); dropout on the weights applies only when training."""
     n_q, n_k = query.size(-2), key.size(-2)
     cpu_training = training and query.device.type == "cpu" and torch.is_grad_enabled()
+    cpu_training = cpu_training and FastPaths.enabled
     dropout_p = dropout if training else 0.0
     written_out = need_weights or cpu_training
     if is_causal and (mask is not None or n_q != n_k or written_out):
@@ -250,27 +253,6 @@ def attend(
         query, key, value, attn_mask=mask, dropout_p=dropout_p, is_causal=is_causal
     )
     return output, None
-
-
-def attention_for_cpu_training(
-    query: Tensor, key: Tensor, value: Tensor, mask: Tensor | None, dropout_p: float
-) -> Tensor:
-    """softmax(Q K^T / sqrt(d_k) + B) V, B = 0 where `mask` allows, -inf elsewhere: the
-    matrix products in the inputs' dtype, the softmax in fp32 (or float64). A query with
-    no key to attend to gets NaN."""
-    scores = query @ key.transpose(-2, -1)
-    scores = scores.to(torch.promote_types(scores.dtype, torch.float32))
-    scores = scores / math.sqrt(query.size(-1))
-    if mask is not None:
-        bias = torch.zeros(mask.shape, dtype=scores.dtype, device=mask.device)
-        scores = scores + bias.masked_fill_(~mask, float("-inf"))
-    n_k = scores.size(-1)
-    if n_k < 16:  # PyTorch's CPU softmax is far slower over rows shorter than 16
-        scores = F.pad(scores, (0, 16 - n_k), value=float("-inf"))
-    weights = scores.softmax(dim=-1)[..., :n_k]  # the padding's weights are 0
-    if dropout_p > 0.0:
-        weights = F.dropout(weights, p=dropout_p)
-    return weights.to(value.dtype) @ value
 
 
 @dataclass
@@ -328,7 +310,6 @@ __all__ = [
     'local_mask',
     'MultiHeadAttention',
     'attend',
-    'attention_for_cpu_training',
     'KeyValueCache',
     'segment_mask',
 ]

@@ -15,7 +15,6 @@ from tqdm import tqdm
 
 from transformer.checkpoints import (
     average_checkpoints,
-    check_output_folder,
     final_model,
     last_checkpoints,
     load_checkpoint,
@@ -25,56 +24,16 @@ from transformer.checkpoints import (
     write_atomically,
     write_final_model,
 )
-from transformer.data import fetch_multi30k, load_corpus, lowercases, prepare_data
+from transformer.data import fetch_multi30k, load_corpus, lowercases
 from transformer.decoding import translate
 from transformer.deploy import export_onnx
-from transformer.devices import init_distributed, pick_device
+from transformer.devices import pick_device
 from transformer.evaluation import evaluate
-from transformer.model import TransformerConfig
-from transformer.trainer import (
-    Trainer,
-    TrainingConfig,
-    model_and_data,
-)
+from transformer.model import PRESETS, TransformerConfig
+from transformer.trainer import GPU_TEXT_STEPS, Trainer, TrainingConfig
 from transformer.utils import __version__
 
 
-PRESETS: dict[str, tuple[dict, dict]] = {
-    "small": (
-        {"d_model": 256, "n_heads": 4, "d_ff": 1024, "n_layers": 3, "dropout": 0.1},
-        {"warmup_steps": 400, "lr_scale": 0.5},
-    ),
-    "tiny": (  # pre-LN: the published post-LN stalls at this learning rate
-        {"d_model": 128, "n_heads": 4, "d_ff": 256, "n_layers": 4, "dropout": 0.3}
-        | {"norm_first": True},
-        {
-            "vocab_size": 8000,
-            "max_tokens": 4096,
-            "warmup_steps": 800,  # Wu et al.: 2000; the rate after step 2000 is theirs
-            "lr_scale": 2.53,  # their peak 0.005 = 2.53 * 128^-0.5 * 2000^-0.5
-            "keep_checkpoints": 10,
-        },
-    ),
-    "base": ({}, {"vocab_size": 37000, "max_tokens": 25000, "warmup_steps": 4000}),
-    "big": (
-        {"d_model": 1024, "d_ff": 4096, "n_heads": 16, "dropout": 0.3},
-        {
-            "vocab_size": 37000,
-            "max_tokens": 25000,
-            "warmup_steps": 4000,
-            "keep_checkpoints": 20,  # the paper averages the last 20 of the big model
-        },
-    ),
-}
-# the small preset's vocabulary and batch: for the embedded corpus, and for real text
-SMALL_DATA = {
-    "numbers": {"vocab_size": 200, "max_tokens": 2000, "eval_every": 200},
-    "text": {"vocab_size": 8000, "max_tokens": 4000, "eval_every": 400},
-}
-# the tiny preset on real text on a CUDA device stops here unless told otherwise: a
-# budget in updates, the same on any GPU (the Results chapter says how it was chosen)
-GPU_TEXT_STEPS = 16_000
-# the options that shape a new model over its preset's (a resumed run keeps its own)
 MODEL_OPTIONS = ("dropout", "attention_dropout", "activation_dropout", "norm_first")
 
 
@@ -117,10 +76,10 @@ def _add_train(commands: argparse._SubParsersAction) -> None:
         "corpus, on a CPU):\n"
         "  python -m transformer train --max-minutes 10 --out runs/numbers\n"
         "Multi30k files, English to German:\n"
-        "  python -m transformer train --data ../shared/data/multi30k --src en "
+        "  python -m transformer train --data data/multi30k --src en "
         "--tgt de --max-minutes 60 --out runs/multi30k\n"
         "The same, lowercased as Multi30k papers train and score:\n"
-        "  python -m transformer train --data ../shared/data/multi30k --src en "
+        "  python -m transformer train --data data/multi30k --src en "
         "--tgt de --lowercase --max-minutes 60 --out runs/multi30k-lc\n"
         "Several GPUs: torchrun --standalone --nproc_per_node 8 -m transformer "
         "train --preset base ...",
@@ -128,7 +87,7 @@ def _add_train(commands: argparse._SubParsersAction) -> None:
     )
     train.add_argument(
         "--preset",
-        choices=sorted(PRESETS),
+        choices=PRESETS,
         help="model and training preset (default: small on the embedded corpus, "
         "tiny on real text)",
     )
@@ -159,6 +118,7 @@ def _add_train(commands: argparse._SubParsersAction) -> None:
     data.add_argument(
         "--lowercase",
         action="store_true",
+        default=None,
         help="lowercase all text, as Multi30k papers train and score: the tokenizer "
         "lowercases, and the checkpoints carry it, so translate lowercases the input "
         "and evaluate scores against lowercased references",
@@ -307,55 +267,11 @@ def _new_trainer(args: argparse.Namespace, given: dict) -> Trainer:
     """A Trainer for a new run: the preset's settings under the options given."""
     text = given.get("data", "numbers") != "numbers"
     preset = args.preset or ("tiny" if text else "small")
-    model_overrides, training_defaults = PRESETS[preset]
-    # real text: punctuation split from words (the Data chapter; the number corpus's
-    # hyphens and commas belong to its number words)
-    training_defaults = {**training_defaults, "split_punctuation": text}
+    cuda = pick_device(given.get("device", "auto")).type == "cuda"
+    config = TrainingConfig.preset(preset, text, cuda, **given)
     model_given = {k: v for k in MODEL_OPTIONS if (v := getattr(args, k)) is not None}
-    model_overrides = {k: v for k, v in model_overrides.items() if k not in model_given}
-    if preset == "small":
-        training_defaults = {
-            **training_defaults,
-            **SMALL_DATA["text" if text else "numbers"],
-        }
-    if "max_steps" not in given and "max_minutes" not in given:
-        cuda = pick_device(given.get("device", "auto")).type == "cuda"
-        if not (text and preset == "tiny" and cuda):
-            raise SystemExit(
-                "error: say when to stop: --max-steps N and/or --max-minutes M (only "
-                "the tiny preset on real text on a CUDA GPU has a default: "
-                f"{GPU_TEXT_STEPS:,} steps)"
-            )
-        given = {**given, "max_steps": GPU_TEXT_STEPS}
-    if "checkpoint_minutes" not in given and "checkpoint_every" not in given:
-        # 15 checkpoints in all, 5 of them in the last third: the final model's average
-        if "max_minutes" in given:
-            minutes = min(10.0, given["max_minutes"] / 15)
-            training_defaults = {**training_defaults, "checkpoint_minutes": minutes}
-        if "max_steps" in given:
-            every = max(1, given["max_steps"] // 15)
-            training_defaults = {**training_defaults, "checkpoint_every": every}
-    model_config = TransformerConfig(**model_overrides, **model_given)
-    config = TrainingConfig(**{**training_defaults, **given})
-    if args.lowercase:
-        return _lowercase_trainer(model_config, config, args.out, args.overwrite)
+    model_config = TransformerConfig.preset(preset, **model_given)
     return Trainer.from_config(model_config, config, args.out, None, args.overwrite)
-
-
-def _lowercase_trainer(
-    model_config: TransformerConfig, config: TrainingConfig, out: str, overwrite: bool
-) -> Trainer:
-    """Trainer.from_config's new run, with a tokenizer that lowercases (prepare_data's
-    lowercase): every checkpoint carries it, so translate and evaluate lowercase too."""
-    if init_distributed(pick_device(config.device))[0] == 0:  # rank 0 writes
-        check_output_folder(Path(out), overwrite=overwrite)
-    languages = config.data, config.src_lang, config.tgt_lang
-    tokenizer = prepare_data(
-        *languages, config.vocab_size, cache_dir=config.cache_dir, lowercase=True,
-        split_punctuation=config.split_punctuation,
-    ).tokenizer
-    model, data = model_and_data(model_config, config, tokenizer)
-    return Trainer(model, data, config, out, overwrite=overwrite)
 
 
 def _train(args: argparse.Namespace) -> int:
@@ -463,7 +379,7 @@ def _add_use(commands: argparse._SubParsersAction) -> None:
         description="Translate a split of a corpus and score it with sacreBLEU. "
         "Example:\n"
         "  python -m transformer evaluate --checkpoint runs/multi30k "
-        "--data ../shared/data/multi30k\n"
+        "--data data/multi30k\n"
         "A model trained with --lowercase is scored against lowercased references "
         "(sacreBLEU's case:lc).",
         formatter_class=argparse.RawDescriptionHelpFormatter,

@@ -5,10 +5,8 @@ processes."""
 from __future__ import annotations
 
 import contextlib
-import ctypes
 import functools
 import os
-import platform
 import time
 
 import torch
@@ -86,17 +84,6 @@ def autocast(
     return torch.autocast(device.type, dtype=dtype)
 
 
-def keep_freed_memory() -> bool:
-    """Have glibc's malloc keep the large blocks a training step frees, for the next
-    step. Returns False, changing nothing, where the C library is not glibc (macOS,
-    musl)."""
-    if platform.libc_ver()[0] != "glibc":
-        return False
-    libc = ctypes.CDLL(None)
-    M_TRIM_THRESHOLD, M_MMAP_MAX = -1, -4  # glibc's malloc.h
-    return bool(libc.mallopt(M_MMAP_MAX, 0) and libc.mallopt(M_TRIM_THRESHOLD, 2**30))
-
-
 def init_distributed(device: torch.device) -> tuple[int, int]:
     """(rank, world_size) from torchrun's environment; joins the process group once."""
     rank = int(os.environ.get("RANK", 0))
@@ -140,7 +127,6 @@ __all__ = [
     'check_precision',
     'autocast_dtype',
     'autocast',
-    'keep_freed_memory',
     'init_distributed',
     'data_parallel',
     'sum_over_ranks',

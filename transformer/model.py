@@ -17,6 +17,7 @@ from transformer.attention import (
     segment_mask,
 )
 from transformer.embeddings import Embeddings, OutputProjection, check_token_ids
+from transformer.fast import Dropout, LayerNorm
 from transformer.feed_forward import PositionwiseFeedForward
 from transformer.positional import (
     LearnedPositionalEmbedding,
@@ -186,6 +187,29 @@ class TransformerConfig:
         """The fields as a plain dict (what a checkpoint stores)."""
         return {f.name: getattr(self, f.name) for f in fields(self)}
 
+    @classmethod
+    def small(cls, **overrides) -> TransformerConfig:
+        """A model for a laptop CPU: N=3, d_model=256, d_ff=1024, h=4, P_drop=0.1."""
+        shape = {"d_model": 256, "n_heads": 4, "d_ff": 1024, "n_layers": 3, "dropout": 0.1}
+        return cls(**{**shape, **overrides})
+
+    @classmethod
+    def tiny(cls, **overrides) -> TransformerConfig:
+        """Wu et al.'s Transformer-tiny, pre-LN: N=4, d_model=128, d_ff=256, h=4,
+        P_drop=0.3."""
+        shape = {"d_model": 128, "n_heads": 4, "d_ff": 256, "n_layers": 4, "dropout": 0.3}
+        return cls(**{**shape, "norm_first": True, **overrides})
+
+    @classmethod
+    def preset(cls, name: str, **overrides) -> TransformerConfig:
+        """The preset `name`: tiny, small, base or big."""
+        if name not in PRESETS:
+            raise ValueError(f"preset must be one of {', '.join(PRESETS)}; got {name!r}")
+        return getattr(cls, name)(**overrides)
+
+
+PRESETS = ("tiny", "small", "base", "big")
+
 
 class SublayerConnection(nn.Module):
     """A residual connection around a sub-layer, with dropout and layer normalization.
@@ -207,32 +231,6 @@ class SublayerConnection(nn.Module):
         if self.norm_first:
             return x + self.dropout(sublayer(self.norm(x)))
         return self.norm(x + self.dropout(sublayer(x)))
-
-
-class Dropout(nn.Dropout):
-    """nn.Dropout; on a CPU its mask compares 16 random bits a feature, four features
-    a 64-bit draw of the generator, with p rounded to 1/65536."""
-
-    def forward(self, x: Tensor) -> Tensor:
-        n, dropped = x.numel(), round(self.p * 2**16)  # of 2**16 equally likely values
-        if not self.training or x.device.type != "cpu" or not 0 < dropped < 2**16:
-            return super().forward(x)
-        draws = torch.empty(-(-n // 4), dtype=torch.int64, device=x.device)
-        draws.random_(-(2**63), 2**63 - 1)
-        bits = draws.view(torch.int16)[:n].view(x.shape)  # uniform on [-2**15, 2**15)
-        # 1 where kept, 0 where dropped: written in x's dtype at once (converting a
-        # boolean mask afterwards costs more than the comparison); the scale in x's
-        # dtype too, as nn.Dropout's mask on a CPU (bf16 rounds 1 / 0.7 to 1.4297)
-        keep = torch.ge(bits, dropped - 2**15, out=torch.empty_like(x))
-        return x * keep.mul_(2**16 / (2**16 - dropped))
-
-
-class LayerNorm(nn.LayerNorm):
-    """nn.LayerNorm that returns its input's dtype (under autocast nn.LayerNorm
-    computes in fp32 and returns fp32)."""
-
-    def forward(self, x: Tensor) -> Tensor:
-        return super().forward(x).to(x.dtype)
 
 
 def to_autocast_dtype(x: Tensor) -> Tensor:
@@ -529,8 +527,6 @@ class Transformer(nn.Module):
 __all__ = [
     'TransformerConfig',
     'SublayerConnection',
-    'Dropout',
-    'LayerNorm',
     'to_autocast_dtype',
     'EncoderLayer',
     'Encoder',

@@ -43,10 +43,10 @@ from transformer.devices import (
     check_precision,
     data_parallel,
     init_distributed,
-    keep_freed_memory,
     pick_device,
     sum_over_ranks,
 )
+from transformer.fast import FastPaths, keep_freed_memory, output_loss
 from transformer.model import Transformer, TransformerConfig
 from transformer.runs import (
     Clock,
@@ -74,6 +74,8 @@ class TrainingConfig:
     prefetch: batches prepared ahead by a background thread. cache_dir: where prepared
     corpora are kept (None: see default_cache_dir). split_punctuation: the tokenizer
     isolates punctuation (Data chapter; the command line's choice for real text).
+    lowercase: the tokenizer lowercases all text (Multi30k's convention), and so do
+    translate and evaluate with its checkpoints.
     cooldown: the last fraction of the run (of max_steps or max_minutes, whichever
     ends it), over which the rate's multiplier falls linearly from 1 to 0; 0: none.
     """
@@ -104,6 +106,7 @@ class TrainingConfig:
     keep_checkpoints: int = 5
     cache_dir: str | None = None
     split_punctuation: bool = False
+    lowercase: bool = False
 
     def __post_init__(self) -> None:
         self._check()
@@ -142,6 +145,52 @@ class TrainingConfig:
             if not 0.0 <= (value := getattr(self, name)) < 1.0:
                 raise ValueError(f"{name} must be in [0, 1); got {value!r}")
         check_precision(self.precision)
+
+    @classmethod
+    def preset(cls, name: str, text: bool, cuda: bool = False, **given) -> TrainingConfig:
+        """The settings of preset `name` for real text (or the number corpus) on a CUDA
+        GPU (or not), under the settings `given`."""
+        settings = {**TRAINING_PRESETS[name], "split_punctuation": text}
+        if name == "small":
+            settings |= SMALL_DATA["text" if text else "numbers"]
+        if given.get("max_steps") is None and given.get("max_minutes") is None:
+            if not (text and name == "tiny" and cuda):
+                raise ValueError(
+                    "say when to stop: max_steps and/or max_minutes (only the tiny preset "
+                    f"on real text on a CUDA GPU has a default: {GPU_TEXT_STEPS:,} steps)"
+                )
+            given = {**given, "max_steps": GPU_TEXT_STEPS}
+        if given.get("checkpoint_minutes") is None and given.get("checkpoint_every") is None:
+            # 15 checkpoints in all, 5 of them in the last third: the final model's average
+            if given.get("max_minutes") is not None:
+                settings["checkpoint_minutes"] = min(10.0, given["max_minutes"] / 15)
+            if given.get("max_steps") is not None:
+                settings["checkpoint_every"] = max(1, given["max_steps"] // 15)
+        return cls(**{**settings, **given})
+
+
+TRAINING_PRESETS: dict[str, dict] = {
+    "small": {"warmup_steps": 400, "lr_scale": 0.5},
+    "tiny": {
+        "vocab_size": 8000,
+        "max_tokens": 4096,
+        "warmup_steps": 800,  # Wu et al.: 2000; the rate after step 2000 is theirs
+        "lr_scale": 2.53,  # their peak 0.005 = 2.53 * 128^-0.5 * 2000^-0.5
+        "keep_checkpoints": 10,
+    },
+    "base": {"vocab_size": 37000, "max_tokens": 25000, "warmup_steps": 4000},
+    "big": {
+        "vocab_size": 37000,
+        "max_tokens": 25000,
+        "warmup_steps": 4000,
+        "keep_checkpoints": 20,  # the paper averages the last 20 of the big model
+    },
+}
+SMALL_DATA = {  # the small preset's vocabulary and batch: numbers, or real text
+    "numbers": {"vocab_size": 200, "max_tokens": 2000, "eval_every": 200},
+    "text": {"vocab_size": 8000, "max_tokens": 4000, "eval_every": 400},
+}
+GPU_TEXT_STEPS = 16_000  # the tiny preset's budget on real text on a CUDA GPU
 
 
 def rank_sampler(
@@ -244,76 +293,6 @@ def restore_training_state(trainer: Trainer, state: dict) -> None:
         torch.cuda.set_rng_state(state["cuda_rng"][trainer.rank], trainer.device)
 
 
-class _OutputLoss(torch.autograd.Function):
-    """Summed label-smoothed loss of hidden @ weight.T, its gradients computed in the
-    forward pass, `rows` rows of logits at a time; the weight's gradient from `blocks`
-    such blocks at a time."""
-
-    @staticmethod
-    def forward(ctx, hidden, weight, target, epsilon, rows, blocks, dtype):
-        k, n, span = weight.size(0), hidden.size(0), rows * blocks
-        w, h_all = weight.to(dtype), hidden.to(dtype)
-        grad_hidden = torch.empty(hidden.shape, dtype=dtype, device=hidden.device)
-        grad_weight = torch.zeros_like(weight, dtype=torch.float32)
-        grads = torch.empty(min(n, span), k, dtype=dtype, device=hidden.device)
-        # a row's loss: lse - (1 - eps) z_y - eps / k sum_j z_j, as log p_j = z_j - lse;
-        # sum_j z_j = h . sum_j w_j, one product for all rows
-        loss = -epsilon / k * (hidden.float() @ weight.float().sum(0)).sum()
-        for first in range(0, n, span):
-            last = min(n, first + span)
-            for start in range(first, last, rows):
-                stop = start + rows
-                h, y = h_all[start:stop], target[start:stop, None]
-                z = (h @ w.T).float()
-                p = z.softmax(-1)
-                # lse from the largest logit, whose p (>= 1 / k) cannot underflow
-                lse = z.amax(-1) - p.amax(-1).log()
-                loss += lse.sum() - (1 - epsilon) * z.gather(1, y).sum()
-                # p - q: q's smoothed mass eps / k everywhere, its one-hot part at y
-                p.scatter_add_(1, y, torch.full_like(y, epsilon - 1, dtype=p.dtype))
-                grad = grads[start - first : start - first + len(y)]
-                grad.copy_(p.sub_(epsilon / k))
-                torch.mm(grad, w, out=grad_hidden[start:stop])
-            grad_weight += grads[: last - first].T @ h_all[first:last]
-        ctx.save_for_backward(grad_hidden, grad_weight)
-        ctx.dtypes = hidden.dtype, weight.dtype
-        return loss
-
-    @staticmethod
-    def backward(ctx, grad_loss):
-        grad_hidden, grad_weight = ctx.saved_tensors
-        hidden_dtype, weight_dtype = ctx.dtypes
-        return (
-            (grad_hidden * grad_loss).to(hidden_dtype),
-            (grad_weight * grad_loss).to(weight_dtype),
-            None, None, None, None, None,
-        )
-
-
-def output_loss(
-    hidden: Tensor, weight: Tensor, target: Tensor, epsilon: float, pad_id: int = PAD,
-    rows: int = 128, blocks: int = 16,
-) -> Tensor:
-    """label_smoothed_loss(hidden @ weight.T, target, epsilon) without the logits:
-    hidden (batch, m, d_model) from Transformer(..., project=False), weight (K,
-    d_model) the output projection's, target (batch, m); logits `rows` rows at a time,
-    the weight's gradient from `blocks` blocks of their gradients at a time. Under
-    autocast the products run in its dtype, as nn.Linear's would."""
-    device = hidden.device.type
-    dtype = (
-        torch.get_autocast_dtype(device)
-        if torch.is_autocast_enabled(device) else hidden.dtype
-    )
-    # the rows of real tokens, by index: index_select's backward copies their gradients
-    # back in parallel, where a boolean index's adds them one number at a time
-    keep = (target.flatten() != pad_id).nonzero().squeeze(1)
-    with torch.autocast(device, enabled=False):
-        return _OutputLoss.apply(
-            hidden.flatten(0, 1).index_select(0, keep), weight, target.flatten()[keep],
-            epsilon, rows, blocks, dtype,
-        )
-
-
 @torch.no_grad()
 def validation_loss(
     model: Transformer, split: TokenizedSplit, max_tokens: int,
@@ -365,7 +344,7 @@ class Trainer:
         self.rank, self.world_size = init_distributed(self.device)
         check_vocabulary(model, data.tokenizer)
         self.model = model.to(self.device)
-        if self.device.type == "cpu":
+        if self.device.type == "cpu" and FastPaths.enabled:
             keep_freed_memory()
         torch.manual_seed(config.seed + self.rank)  # other dropout masks on each rank
         if optimizer is None:
@@ -436,13 +415,15 @@ class Trainer:
     ) -> Tensor:
         """The summed label-smoothed loss of one batch (what torch.compile compiles);
         segments: those of packed rows. Compiled, the loss is fused by the compiler;
-        otherwise output_loss computes it without the logits."""
+        otherwise output_loss computes it without the logits (the loss on the logits under
+        reference_paths)."""
         epsilon = self.config.label_smoothing
+        logits = self.compile or not FastPaths.enabled
         with autocast(self.device, self.dtype):
             out = self.network(
-                src, tgt_in, check_ids=False, segments=segments, project=self.compile
+                src, tgt_in, check_ids=False, segments=segments, project=logits
             )
-            if self.compile:
+            if logits:
                 return label_smoothed_loss(out, tgt_out, epsilon)
             return output_loss(out, self.model.output.linear.weight, tgt_out, epsilon)
 
@@ -547,7 +528,7 @@ def model_and_data(
     model with the tokenizer's vocabulary, initialized alike on every process."""
     data = prepare_data(config.data, config.src_lang, config.tgt_lang,
                         config.vocab_size, tokenizer, config.cache_dir,
-                        split_punctuation=config.split_punctuation)
+                        config.lowercase, config.split_punctuation)
     vocab = data.tokenizer.get_vocab_size()
     model_config = replace(model_config, src_vocab_size=vocab, tgt_vocab_size=vocab,
                            pad_id=PAD)
@@ -641,7 +622,6 @@ __all__ = [
     'TrainBatches',
     'training_state',
     'restore_training_state',
-    'output_loss',
     'validation_loss',
     'check_vocabulary',
     'Trainer',
