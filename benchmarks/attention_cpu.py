@@ -30,7 +30,7 @@ from torch.nn.attention import SDPBackend, sdpa_kernel
 
 from report import machine, spread, write_report
 from transformer.attention import attention_for_cpu_training, causal_mask
-from transformer.devices import keep_freed_memory
+from transformer.fast import keep_freed_memory
 
 
 def torch_kernel(backend: SDPBackend):

@@ -80,7 +80,7 @@ def test_dropout_and_pre_ln_shape_a_new_model_and_are_refused_on_resume(tiny_cor
 
 
 def test_train_needs_a_stopping_rule(tmp_path, tiny_corpus):
-    with pytest.raises(SystemExit, match="--max-steps N and/or --max-minutes M"):
+    with pytest.raises(SystemExit, match="--max-steps N, --max-minutes M"):
         main(["train", "--out", str(tmp_path)])
     with pytest.raises(SystemExit, match="only the tiny preset on real text on a CUDA GPU has a default"):
         main(["train", "--data", str(tiny_corpus), "--device", "cpu", "--out", str(tmp_path)])

@@ -16,7 +16,8 @@ from torch import Tensor, nn
 
 
 class FastPaths:
-    """Whether the package takes its fast paths (True unless reference_paths() is on)."""
+    """Whether the package takes its fast paths (True unless reference_paths() is
+    on)."""
 
     enabled = True
 

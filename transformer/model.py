@@ -190,21 +190,22 @@ class TransformerConfig:
     @classmethod
     def small(cls, **overrides) -> TransformerConfig:
         """A model for a laptop CPU: N=3, d_model=256, d_ff=1024, h=4, P_drop=0.1."""
-        shape = {"d_model": 256, "n_heads": 4, "d_ff": 1024, "n_layers": 3, "dropout": 0.1}
+        shape = dict(d_model=256, n_heads=4, d_ff=1024, n_layers=3, dropout=0.1)
         return cls(**{**shape, **overrides})
 
     @classmethod
     def tiny(cls, **overrides) -> TransformerConfig:
         """Wu et al.'s Transformer-tiny, pre-LN: N=4, d_model=128, d_ff=256, h=4,
         P_drop=0.3."""
-        shape = {"d_model": 128, "n_heads": 4, "d_ff": 256, "n_layers": 4, "dropout": 0.3}
+        shape = dict(d_model=128, n_heads=4, d_ff=256, n_layers=4, dropout=0.3)
         return cls(**{**shape, "norm_first": True, **overrides})
 
     @classmethod
     def preset(cls, name: str, **overrides) -> TransformerConfig:
         """The preset `name`: tiny, small, base or big."""
         if name not in PRESETS:
-            raise ValueError(f"preset must be one of {', '.join(PRESETS)}; got {name!r}")
+            names = ", ".join(PRESETS)
+            raise ValueError(f"preset must be one of {names}; got {name!r}")
         return getattr(cls, name)(**overrides)
 
 
@@ -456,7 +457,7 @@ class Transformer(nn.Module):
         memory_mask is padding_mask(src, pad_id), (batch, 1, 1, n). With a cache from
         new_cache(), tgt holds only the tokens after those already decoded.
         project=False: the decoder's output (batch, m, d_model), before the output
-        projection (for a loss that applies it itself: the Trainer's output_loss).
+        projection (for a loss that applies it itself: fast.output_loss).
         """
         self._check_ids(tgt, "tgt", check_ids)
         if (

@@ -147,7 +147,9 @@ class TrainingConfig:
         check_precision(self.precision)
 
     @classmethod
-    def preset(cls, name: str, text: bool, cuda: bool = False, **given) -> TrainingConfig:
+    def preset(
+        cls, name: str, text: bool, cuda: bool = False, **given
+    ) -> TrainingConfig:
         """The settings of preset `name` for real text (or the number corpus) on a CUDA
         GPU (or not), under the settings `given`."""
         settings = {**TRAINING_PRESETS[name], "split_punctuation": text}
@@ -156,12 +158,14 @@ class TrainingConfig:
         if given.get("max_steps") is None and given.get("max_minutes") is None:
             if not (text and name == "tiny" and cuda):
                 raise ValueError(
-                    "say when to stop: max_steps and/or max_minutes (only the tiny preset "
-                    f"on real text on a CUDA GPU has a default: {GPU_TEXT_STEPS:,} steps)"
+                    "say when to stop: max_steps and/or max_minutes (--max-steps N, "
+                    "--max-minutes M); only the tiny preset on real text on a CUDA "
+                    f"GPU has a default: {GPU_TEXT_STEPS:,} steps"
                 )
             given = {**given, "max_steps": GPU_TEXT_STEPS}
-        if given.get("checkpoint_minutes") is None and given.get("checkpoint_every") is None:
-            # 15 checkpoints in all, 5 of them in the last third: the final model's average
+        told = ("checkpoint_minutes", "checkpoint_every")
+        if all(given.get(name) is None for name in told):
+            # 15 checkpoints in all, 5 in the last third: the final model's average
             if given.get("max_minutes") is not None:
                 settings["checkpoint_minutes"] = min(10.0, given["max_minutes"] / 15)
             if given.get("max_steps") is not None:
@@ -415,7 +419,7 @@ class Trainer:
     ) -> Tensor:
         """The summed label-smoothed loss of one batch (what torch.compile compiles);
         segments: those of packed rows. Compiled, the loss is fused by the compiler;
-        otherwise output_loss computes it without the logits (the loss on the logits under
+        otherwise output_loss computes it without the logits (on the logits under
         reference_paths)."""
         epsilon = self.config.label_smoothing
         logits = self.compile or not FastPaths.enabled
