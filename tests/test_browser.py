@@ -168,7 +168,7 @@ def test_the_translator_in_the_page_translates_as_python_does(site):
     if not (MODELS / "numbers" / "model.json").is_file():
         pytest.skip("the book was built without npm: no in-page translator (make book)")
     from transformer import OnnxTranslator, translate
-    from transformer.trainer import small_number_run, train_once
+    from transformer._book import small_number_run, train_once
 
     index = json.loads((MODELS / "index.json").read_text())
     assert [m["folder"] for m in index["models"]] == ["multi30k-en-de", "numbers"]

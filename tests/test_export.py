@@ -23,7 +23,12 @@ def test_committed_package_matches_the_chapters():
 
 def test_every_generated_file_names_its_chapter_and_the_chapter_names_it():
     for module in (ROOT / "transformer").glob("*.py"):
-        if not module.name.startswith("__") and module.name != "utils.py":
+        if module.name == "_book.py":  # the book's helpers: cells tagged book-helper
+            first_line = module.read_text().splitlines()[0]
+            chapters = re.fullmatch(r"# Generated from (.*) by tools/export.py: .*", first_line)[1]
+            for chapter in chapters.split(", "):
+                assert ":tags: [book-helper" in (ROOT / chapter).read_text(), chapter
+        elif not module.name.startswith("__") and module.name != "utils.py":
             first_line = module.read_text().splitlines()[0]
             match = re.fullmatch(r"# Generated from book/(\w+\.md) by tools/export.py: .*", first_line)
             assert match, (module, first_line)

@@ -25,10 +25,11 @@ from transformer import (
     save_checkpoint,
     evaluate,
 )
+from transformer._book import train_once
 from transformer.trainer import (
     check_vocabulary,
+    compile_options,
     rank_sampler,
-    train_once,
 )
 
 TINY = TransformerConfig(d_model=32, n_heads=4, d_ff=64, n_layers=2, dropout=0.1)
@@ -464,3 +465,19 @@ def test_training_presets_follow_the_data_and_the_budget():
         with pytest.raises(ValueError, match="say when to stop"):
             TrainingConfig.preset(name, text=text, cuda=cuda)
     assert TrainingConfig.preset("big", text=True, max_steps=10).keep_checkpoints == 20
+
+
+@pytest.mark.parametrize(
+    "device, pack_length, world_size, accumulate, expected",
+    [
+        ("cpu", 64, 1, 1, {}),  # compiled on a CPU: Inductor's defaults
+        ("cuda", None, 1, 1, {}),  # padded batches change shape: nothing to tune once
+        ("cuda", 64, 1, 1, {"coordinate_descent_tuning": True, "triton.cudagraphs": True}),
+        ("cuda", 64, 2, 1, {"coordinate_descent_tuning": True}),  # DDP: no graphs
+        ("cuda", 64, 1, 2, {"coordinate_descent_tuning": True}),  # accumulation: no graphs
+    ],
+)
+def test_compile_options_tune_fixed_shapes_and_record_graphs_only_when_a_replay_is_safe(
+        device, pack_length, world_size, accumulate, expected):
+    config = TrainingConfig(pack_length=pack_length, accumulate=accumulate, max_steps=10)
+    assert compile_options(config, torch.device(device), world_size) == expected

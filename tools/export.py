@@ -1,7 +1,8 @@
 """Export the chapters' code into the `transformer` package.
 
 Every chapter in book/ whose front matter names a `module` contributes the code cells
-tagged `export`, in order, to transformer/<module>.py. The package's __init__.py
+tagged `export`, in order, to transformer/<module>.py; cells tagged `book-helper` (the book's cached runs, which the
+chapters share but a user does not call) go to the private transformer/_book.py. The package's __init__.py
 re-exports the names of PUBLIC below (what a user calls; a module's other public names are
 imported from the module), utils.py holds the version and `add_to_class`, and when a chapter exports `cli`, __main__.py runs its main() for
 `python -m transformer`. A class may be written across several cells, as d2l.ai does: a
@@ -202,10 +203,28 @@ def package_init(files: dict[str, str]) -> str:
     return "\n".join(lines) + "\n\n__all__ = [\n" + body + "]\n"
 
 
+def book_helpers(book: Path) -> str | None:
+    """_book.py: the cells tagged `book-helper`, in the chapters' order, or None."""
+    parts = []
+    for chapter in sorted(book.glob("*.md")):
+        cells = [cell.source.strip("\n") for cell in jupytext.read(chapter).cells
+                 if cell.cell_type == "code" and "book-helper" in cell.metadata.get("tags", [])]
+        if cells:
+            parts.append((chapter.name, "\n\n\n".join(cells)))
+    if not parts:
+        return None
+    names = ", ".join(f"book/{name}" for name, _ in parts)
+    header = f"# Generated from {names} by tools/export.py: the book's, not the API.\n"
+    return header + "\n\n\n".join(body for _, body in parts) + "\n"
+
+
 def package_files(book: Path) -> dict[str, str]:
     """Map each file name of the package to its generated source."""
     files: dict[str, str] = {}
     chapters: dict[str, Path] = {}
+    helpers = book_helpers(book)
+    if helpers is not None:
+        files["_book.py"] = helpers
     for chapter in sorted(book.glob("*.md")):
         exported = chapter_module(chapter)
         if exported is None:

@@ -44,12 +44,12 @@ if (root) root.querySelector(".translator-status").textContent = "This build of 
 def number_model(folder: Path) -> dict:
     """Export the book's number model into `folder`; its entry in index.json."""
     from transformer import export_onnx
-    from transformer.trainer import small_number_run, train_once
+    from transformer._book import small_number_run, train_once
 
     trainer, _ = train_once(*small_number_run())
     examples = [src for src, _ in trainer.data.test[:4]] + ["two thousand and twenty-six"]
     about = {"corpus": "numbers", "examples": examples,
-             "trained": "transformer.trainer.small_number_run, by the book's chapters"}
+             "trained": "transformer._book.small_number_run, by the book's chapters"}
     export_onnx(trainer.model.eval(), trainer.data.tokenizer, folder, about=about)
     return {"folder": folder.name, "label": "numbers: English number words to German "
             "(the book's model)"}

@@ -4,9 +4,6 @@
 from __future__ import annotations
 
 import contextlib
-import hashlib
-import inspect
-import json
 import math
 from collections.abc import Iterator
 from dataclasses import asdict, dataclass, replace
@@ -23,7 +20,6 @@ from transformer.checkpoints import (
     newest_checkpoints,
     save_checkpoint,
     training_checkpoint,
-    write_atomically,
 )
 from transformer.data import (
     PAD,
@@ -33,7 +29,6 @@ from transformer.data import (
     PackedBatchSampler,
     TokenBatchSampler,
     TokenizedSplit,
-    default_cache_dir,
     prepare_data,
 )
 from transformer.devices import (
@@ -368,17 +363,10 @@ class Trainer:
         self.step = 0
         self.rate_factor = 1.0  # the cool-down's multiplier of the rate (fit sets it)
         self.network = data_parallel(self.model, self.device, self.world_size)
-        # fixed shapes (packed rows) on a GPU: Inductor tunes its kernels' block sizes
-        # once; and CUDA graphs, with one process and no accumulation (a replay would
-        # overwrite the gradients an accumulated batch left in the graph's memory)
-        fixed = cuda and config.pack_length is not None
-        graphs = fixed and self.world_size == 1 and config.accumulate == 1
-        options = {"coordinate_descent_tuning": True} if fixed else {}
-        if graphs:  # only what is on: Inductor's own settings hold for the rest
-            options["triton.cudagraphs"] = True
-        self.forward_loss = (
-            torch.compile(self._loss, options=options) if self.compile else self._loss
-        )
+        self.forward_loss = self._loss
+        if self.compile:
+            self.forward_loss = torch.compile(self._loss, options=compile_options(
+                config, self.device, self.world_size))
 
     @classmethod
     def from_config(
@@ -524,6 +512,21 @@ class Trainer:
         return {**metrics, **final}
 
 
+def compile_options(
+    config: TrainingConfig, device: torch.device, world_size: int
+) -> dict[str, bool]:
+    """Inductor's options for the step: only what is on, its own settings hold for the
+    rest. Fixed shapes (packed rows) on a GPU: tune the kernels' block sizes, once; and
+    CUDA graphs with one process and no accumulation (a replay would overwrite the
+    gradients an accumulated batch left in the graph's memory)."""
+    options = {}
+    if device.type == "cuda" and config.pack_length is not None:
+        options["coordinate_descent_tuning"] = True
+        if world_size == 1 and config.accumulate == 1:
+            options["triton.cudagraphs"] = True
+    return options
+
+
 def model_and_data(
     model_config: TransformerConfig, config: TrainingConfig,
     tokenizer: Tokenizer | None = None,
@@ -569,57 +572,6 @@ def stopped_by_signal(trainer: Trainer, metrics: dict, signum: int) -> dict:
     return {**metrics, "step": trainer.step, "interrupted": signum}
 
 
-def train_once(
-    model_config: TransformerConfig,
-    config: TrainingConfig,
-    cache_dir: str | Path | None = None,
-    progress: bool = False,
-) -> tuple[Trainer, dict[str, float]]:
-    """Train a run, or reload it if this code trained the same configurations before.
-
-    The run lives in cache_dir (default: default_cache_dir()) / "runs" / a fingerprint
-    of both configurations and the package's source. Returns the trainer at the end of
-    the run and what its fit returned.
-    """
-    source = "".join(
-        p.read_text()
-        for p in sorted(Path(inspect.getfile(Transformer)).parent.glob("*.py"))
-    )
-    settings = json.dumps([model_config.to_dict(), asdict(config)], sort_keys=True)
-    key = hashlib.sha256(f"{settings}\0{source}".encode()).hexdigest()[:16]
-    out = Path(cache_dir or default_cache_dir()) / "runs" / key
-    record = out / "result.json"
-    if record.is_file():
-        return Trainer.resume(out), json.loads(record.read_text())
-    trainer = Trainer.from_config(model_config, config, out, overwrite=True)
-    result = trainer.fit(progress)
-    if "interrupted" not in result:  # written last: a run cut short is trained again
-        write_atomically(record, lambda file: file.write(json.dumps(result).encode()))
-    return trainer, result
-
-
-def small_number_run() -> tuple[TransformerConfig, TrainingConfig]:
-    """The book's small model of the number corpus and its run (the Trainer
-    chapter)."""
-    model_config = TransformerConfig(
-        d_model=128, n_heads=4, d_ff=512, n_layers=3, dropout=0.1
-    )
-    training_config = TrainingConfig(
-        data="numbers",
-        vocab_size=200,
-        max_tokens=2000,
-        max_steps=600,
-        warmup_steps=200,
-        lr_scale=0.5,
-        eval_every=100,
-        log_every=20,
-        precision="fp32",
-        checkpoint_every=50,
-        checkpoint_minutes=1e9,
-    )
-    return model_config, training_config
-
-
 __all__ = [
     'TrainingConfig',
     'rank_sampler',
@@ -629,9 +581,8 @@ __all__ = [
     'validation_loss',
     'check_vocabulary',
     'Trainer',
+    'compile_options',
     'model_and_data',
     'holding_folder',
     'stopped_by_signal',
-    'train_once',
-    'small_number_run',
 ]

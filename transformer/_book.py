@@ -1,0 +1,65 @@
+# Generated from book/trainer.md by tools/export.py: the book's, not the API.
+"""The book's cached runs: each trained once, then loaded by every chapter that studies
+it. Not part of the API."""
+
+import hashlib
+import inspect
+import json
+from dataclasses import asdict
+from pathlib import Path
+
+from transformer.checkpoints import write_atomically
+from transformer.data import default_cache_dir
+from transformer.model import Transformer, TransformerConfig
+from transformer.trainer import Trainer, TrainingConfig
+
+
+def train_once(
+    model_config: TransformerConfig,
+    config: TrainingConfig,
+    cache_dir: str | Path | None = None,
+    progress: bool = False,
+) -> tuple[Trainer, dict[str, float]]:
+    """Train a run, or reload it if this code trained the same configurations before.
+
+    The run lives in cache_dir (default: default_cache_dir()) / "runs" / a fingerprint
+    of both configurations and the package's source. Returns the trainer at the end of
+    the run and what its fit returned.
+    """
+    source = "".join(
+        p.read_text()
+        for p in sorted(Path(inspect.getfile(Transformer)).parent.glob("*.py"))
+    )
+    settings = json.dumps([model_config.to_dict(), asdict(config)], sort_keys=True)
+    key = hashlib.sha256(f"{settings}\0{source}".encode()).hexdigest()[:16]
+    out = Path(cache_dir or default_cache_dir()) / "runs" / key
+    record = out / "result.json"
+    if record.is_file():
+        return Trainer.resume(out), json.loads(record.read_text())
+    trainer = Trainer.from_config(model_config, config, out, overwrite=True)
+    result = trainer.fit(progress)
+    if "interrupted" not in result:  # written last: a run cut short is trained again
+        write_atomically(record, lambda file: file.write(json.dumps(result).encode()))
+    return trainer, result
+
+
+def small_number_run() -> tuple[TransformerConfig, TrainingConfig]:
+    """The book's small model of the number corpus and its run (the Trainer
+    chapter)."""
+    model_config = TransformerConfig(
+        d_model=128, n_heads=4, d_ff=512, n_layers=3, dropout=0.1
+    )
+    training_config = TrainingConfig(
+        data="numbers",
+        vocab_size=200,
+        max_tokens=2000,
+        max_steps=600,
+        warmup_steps=200,
+        lr_scale=0.5,
+        eval_every=100,
+        log_every=20,
+        precision="fp32",
+        checkpoint_every=50,
+        checkpoint_minutes=1e9,
+    )
+    return model_config, training_config
