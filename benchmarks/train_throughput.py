@@ -49,7 +49,6 @@ from torch.utils.flop_counter import FlopCounterMode
 
 from report import machine, spread, write_report
 from train_scale import write_corpus
-import transformer.devices
 import transformer.model
 import transformer.trainer
 from transformer import Trainer, TrainingConfig, Transformer, TransformerConfig
@@ -211,7 +210,9 @@ def cpu_variant(name: str, steps: int) -> dict:
     with tempfile.TemporaryDirectory() as work:
         result = trainer_end_to_end(TransformerConfig(**TINY), torch.device("cpu"), "auto", 4096, 3, steps, Path(work))
     peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2**20  # KiB on Linux
-    precision = transformer.devices.autocast_dtype("auto", torch.device("cpu"))  # as the CLI trains
+    from transformer.devices import autocast_dtype  # here: measurement 1 runs on older commits
+
+    precision = autocast_dtype("auto", torch.device("cpu"))  # as the CLI trains
     return {"variant": name, "precision": str(precision or "fp32"), "trainer_tokens_per_s": result["trainer_tokens_per_s"], "tokens": result["tokens"],
             "peak_rss_gib": peak}
 
@@ -251,7 +252,7 @@ def main():
     parser.add_argument("--trainer-tokens", type=int, default=1500,
                         help="max_tokens of the end-to-end Trainer measurement (default 1500)")
     parser.add_argument("--cpu-steps", type=int, default=20, help="steps of each CPU-settings measurement")
-    parser.add_argument("--cpu-repeats", type=int, default=3, help="runs of each CPU setting, in turn")
+    parser.add_argument("--cpu-repeats", type=int, default=3, help="runs of each CPU setting, in turn (0: skip measurement 3)")
     parser.add_argument("--cpu-variant", choices=CPU_VARIANTS, help=argparse.SUPPRESS)  # one of measurement 3
     parser.add_argument("--json", help="write the results to this file")
     args = parser.parse_args()
@@ -277,12 +278,15 @@ def main():
     cases = [(name, dtype, compiled) for compiled in [False] + [True] * args.compile for dtype in dtypes
              for name in ("ours", "torch.nn.Transformer")]
     best: dict[tuple, dict] = {}
+    rates: dict[tuple, list[float]] = {}
     for _ in range(args.repeats):
         for name, dtype, compile_model in cases:
             torch.manual_seed(0)
             model = Transformer(config) if name == "ours" else TorchPeer(config)
             result = measure(name, model, config, src, tgt, dtype, compile_model, args.warmup, args.steps, peak)
             key = (name, dtype, compile_model)
+            rates.setdefault(key, []).append(result["tokens_per_s"])
+            result["tokens_per_s_repeats"] = spread(rates[key])
             if key not in best or result["tokens_per_s"] > best[key]["tokens_per_s"]:
                 best[key] = result
             del model
@@ -301,7 +305,11 @@ def main():
     precisions = [str(d or "fp32").removeprefix("torch.") for d in dtypes]
     for precision in precisions:
         ratio = by_key[("ours", precision, False)] / by_key[("torch.nn.Transformer", precision, False)]
-        print(f"ours {precision} / peer {precision}: {ratio:.2f}x")
+        ours, peer = (best[name, dict(zip(precisions, dtypes))[precision], False]["tokens_per_s_repeats"]
+                      for name in ("ours", "torch.nn.Transformer"))
+        print(f"ours {precision} / peer {precision}: {ratio:.2f}x (tokens/s min/median/max over "
+              f"{args.repeats} repeats: ours {ours['min']:,.0f}/{ours['median']:,.0f}/{ours['max']:,.0f}, "
+              f"peer {peer['min']:,.0f}/{peer['median']:,.0f}/{peer['max']:,.0f})")
     if len(precisions) == 2:
         print(f"ours bf16 / peer fp32: {by_key[('ours', 'bfloat16', False)] / by_key[('torch.nn.Transformer', 'fp32', False)]:.2f}x")
     if args.compile:
@@ -320,7 +328,7 @@ def main():
               f"batches in memory {r['bare_tokens_per_s']:,.0f} tokens/s; the Trainer keeps {r['trainer_share_of_bare']:.1%}")
         r["hours_for_100k_steps"] = 100_000 * r["tokens"] / r["steps"] / r["trainer_tokens_per_s"] / 3600
         print(f"  100,000 steps of {r['tokens'] / r['steps']:,.0f} target tokens at this rate: {r['hours_for_100k_steps']:.1f} h")
-    settings = cpu_settings(args.cpu_steps, args.cpu_repeats) if device.type == "cpu" else []
+    settings = cpu_settings(args.cpu_steps, args.cpu_repeats) if device.type == "cpu" and args.cpu_repeats else []
     for r in settings:
         print(f"  {r['variant']}: {r['speed_of_neither']:.2f}x the speed without either setting")
     if args.json:
