@@ -1,8 +1,11 @@
 """The benchmark scripts still run (on tiny inputs; their numbers come from the full runs)."""
 
+import argparse
+import ast
 import json
 import re
 import runpy
+import shlex
 import statistics
 import subprocess
 import sys
@@ -254,3 +257,68 @@ def test_the_cpu_is_named_exactly_from_its_proc_files(tmp_path, monkeypatch):
     assert zen4["flags"] == ["avx2", "avx512f", "avx512_bf16"]
     assert zen4["capability"] == torch.backends.cpu.get_cpu_capability()
     assert report.cpu(tmp_path / "absent", tmp_path / "absent")["flags"] is None
+
+
+class _Parsed(Exception):
+    """Raised in place of running a benchmark once its arguments are parsed."""
+
+
+def parsed_command(words: list[str], folder: Path, monkeypatch) -> argparse.Namespace:
+    """The arguments of `python SCRIPT ...` (words), run in `folder`, parsed by the script's
+    own parser at this commit (what the script would do next is not run)."""
+    if words[0] == "timeout":  # timeout SECONDS python ...
+        words = words[2:]
+    assert words[0] == "python", f"the command must run a script with python: {words}"
+    script = folder / words[1]
+    assert script.is_file(), f"{words[1]} is not in {folder}"
+    parse = argparse.ArgumentParser.parse_args
+
+    def parse_then_stop(parser, args=None, namespace=None):
+        raise _Parsed(parse(parser, args, namespace))
+
+    monkeypatch.setattr(argparse.ArgumentParser, "parse_args", parse_then_stop)
+    monkeypatch.setattr(sys, "argv", words[1:])
+    monkeypatch.syspath_prepend(str(BENCHMARKS))
+    with pytest.raises(_Parsed) as parsed:
+        runpy.run_path(str(script), run_name="__main__")
+    return parsed.value.args[0]
+
+
+def recorded_args(report: dict) -> dict[str, str]:
+    """The parsed arguments a record kept (some as their str()), each as its str()."""
+    return {key: str(value) for key, value in report.get("args", {}).items()}
+
+
+@pytest.mark.parametrize("record", sorted(p.name for p in RESULTS.glob("*.json")))
+def test_every_records_command_is_what_ran_and_runs_at_this_commit(record, monkeypatch):
+    """A record's command is shell-quoted and is the one that wrote it: the arguments it
+    recorded are the ones its command gives, and the file it writes (--out or --json) is this
+    record (or `written_as`, the name it was written under). It runs at this commit: its
+    script's parser accepts it today with the same settings. A record whose command no
+    longer does is `history`, and says why; its command must still give its arguments."""
+    report = json.loads((RESULTS / record).read_text())
+    words = shlex.split(report["command"])
+    assert shlex.join(words) == report["command"], f"{record}: not shell-quoted"
+    given = recorded_args(report)
+    if "history" in report:
+        assert len(report["history"]) > 40, f"{record}: say why it is history"
+        quoted = [value for key, value in given.items()
+                  if value.startswith("['") and "--" + key.replace("_", "-") in words]
+        for value in quoted:  # each item of a list option is one word of the command
+            items = ast.literal_eval(value)
+            assert any(words[i : i + len(items)] == items for i in range(len(words))), (
+                f"{record}: its command does not give {value}")
+        return
+    folder = BENCHMARKS.parent / report.get("ran_in", ".")
+    try:
+        args = parsed_command(words, folder, monkeypatch)
+    except SystemExit as error:  # argparse's refusal, printed on stderr
+        pytest.fail(f"{record}: its command no longer parses ({error}): {report['command']}")
+    written = getattr(args, "out", None) or getattr(args, "json", None)
+    assert written is not None and str(written) == report.get("written_as", str(written))
+    assert "written_as" in report or Path(written).name == record, (
+        f"{record}: its command writes {written}")
+    today = {key: str(value) for key, value in vars(args).items()}
+    changed = {key: (value, today[key]) for key, value in given.items()
+               if key in today and today[key] != value}
+    assert not changed, f"{record}: recorded args (then, today): {changed}"
