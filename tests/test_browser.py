@@ -136,17 +136,23 @@ def test_page_layout(site, page_path):
     page.goto(base + page_path, wait_until="load")
     if page.evaluate("() => Boolean(window.MathJax && MathJax.startup)"):
         page.evaluate("() => MathJax.startup.promise")
-    # nothing wider than the column: outputs, display equations, figures and tables fit
+    # nothing wider than the column: code, outputs, display equations, figures and tables fit
     too_wide = page.evaluate("""() => {
         const column = document.querySelector('main article') || document.querySelector('main');
         const right = column.getBoundingClientRect().right + 1;
         const parts = column.querySelectorAll(
-            '.cell_output pre, mjx-container[display="true"], img, table');
+            'pre, mjx-container[display="true"], img, table');
         return [...parts].filter(e => e.offsetParent !== null
                 && (e.scrollWidth > e.clientWidth + 1 || e.getBoundingClientRect().right > right))
             .map(e => e.tagName.toLowerCase() + ': ' + (e.innerText || e.src || '').slice(0, 70));
     }""")
     assert not too_wide, f"wider than the column: {too_wide}"
+
+    # every image says what it shows: no missing alt text, and no file name in its place
+    unsaid = page.evaluate("""() => [...document.querySelectorAll('main img')]
+        .filter(i => !i.closest('a.navbar-brand, .bd-sidebar')).map(i => i.getAttribute('alt') || '')
+        .filter(alt => alt.trim().length < 8 || /\\.(png|svg|jpe?g|gif)$|^[\\w.-]*\\//i.test(alt.trim()))""")
+    assert not unsaid, f"images whose alt text does not say what they show: {unsaid}"
 
     # one search box, not a second one in a bar of its own
     searches = page.evaluate("""() => [...document.querySelectorAll(
