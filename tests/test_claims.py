@@ -15,7 +15,9 @@ comments and the README's rendered record blocks.
 
 from __future__ import annotations
 
+import ast
 import re
+import sys
 import tomllib
 from dataclasses import dataclass
 from pathlib import Path
@@ -64,6 +66,8 @@ class Figure:
     line: int
     text: str
     context: str
+    before: str = ""  # the prose just before and after the figure, whitespace as one space
+    after: str = ""
 
     def __str__(self) -> str:
         return f"{self.path}:{self.line}: {self.text!r} in ...{self.context}..."
@@ -85,7 +89,10 @@ def figures(path: Path) -> list[Figure]:
         start, end = max(0, match.start() - 40), min(len(text), match.end() + 40)
         context = " ".join(text[start:end].split())
         name = str(path.relative_to(ROOT))
-        found.append(Figure(name, line, " ".join(match[0].split()), context))
+        before, after = text[start : match.start()], text[match.end() : end]
+        before = " ".join(before.split()) + (" " if before[-1:].isspace() else "")
+        after = (" " if after[:1].isspace() else "") + " ".join(after.split())
+        found.append(Figure(name, line, " ".join(match[0].split()), context, before, after))
     return found
 
 
@@ -101,22 +108,34 @@ def allowed(table: str = "allowed") -> list[dict]:
         if needs - entry.keys() or not all(str(entry[k]).strip() for k in needs):
             raise ValueError(f"{ALLOWED.name}: a [[{table}]] entry needs "
                              f"{sorted(needs)}, none empty; got {entry}")
+        if entry["figure"] not in entry.get("phrase", entry["figure"]):
+            raise ValueError(f"{ALLOWED.name}: a phrase holds its figure; got {entry}")
     return entries
 
 
+def covers(entry: dict, figure: Figure) -> bool:
+    """An entry names one figure: its file and text, and where the text occurs more than
+    once in the file, a `phrase` of the prose around it (whitespace as one space)."""
+    if entry["file"] != figure.path or entry["figure"] != figure.text:
+        return False
+    head, _, tail = entry.get("phrase", figure.text).partition(figure.text)
+    return figure.before.endswith(head) and figure.after.startswith(tail)
+
+
 def unbacked(entries: list[dict]) -> tuple[list[Figure], list[dict]]:
-    """The figures no entry covers, and the entries that cover no figure."""
-    used = [False] * len(entries)
+    """The figures no entry covers, and the entries that do not cover exactly one figure
+    (none: stale; several: a phrase must tell them apart, so that a figure added later
+    with the same text is not allowed unseen)."""
+    used = [0] * len(entries)
     left = []
     for path in documents():
         for figure in figures(path):
-            hits = [i for i, e in enumerate(entries)
-                    if e["file"] == figure.path and e["figure"] == figure.text]
+            hits = [i for i, e in enumerate(entries) if covers(e, figure)]
             for i in hits:
-                used[i] = True
+                used[i] += 1
             if not hits:
                 left.append(figure)
-    return left, [e for e, u in zip(entries, used) if not u]
+    return left, [dict(e, covers=n) for e, n in zip(entries, used) if n != 1]
 
 
 def test_every_figure_in_prose_is_rendered_from_a_record_or_allowed():
@@ -128,9 +147,23 @@ def test_every_figure_in_prose_is_rendered_from_a_record_or_allowed():
         + "\n".join(map(str, left)))
 
 
-def test_every_listed_figure_is_still_in_its_file():
-    _, stale = unbacked(allowed() + allowed("pending"))
-    assert not stale, f"entries of {ALLOWED.name} matching no figure: {stale}"
+def test_every_listed_figure_is_one_figure_still_in_its_file():
+    _, loose = unbacked(allowed() + allowed("pending"))
+    assert not loose, f"entries of {ALLOWED.name} not matching exactly one figure: {loose}"
+
+
+def test_an_entry_covers_one_occurrence_and_a_new_one_is_caught(tmp_path, monkeypatch):
+    """Two occurrences of "10 minutes": one entry with a phrase covers the first only."""
+    chapter = tmp_path / "book" / "x.md"
+    chapter.parent.mkdir()
+    chapter.write_text("Scored at 10 minutes of training.\nLater, 10 minutes measured.\n")
+    monkeypatch.setattr(sys.modules[__name__], "ROOT", tmp_path)
+    monkeypatch.setattr(sys.modules[__name__], "documents", lambda: [chapter])
+    entry = {"file": "book/x.md", "figure": "10 minutes", "reason": "a budget"}
+    left, loose = unbacked([entry])
+    assert not left and loose == [dict(entry, covers=2)], "without a phrase: refused"
+    left, loose = unbacked([dict(entry, phrase="at 10 minutes of")])
+    assert [f.line for f in left] == [2] and not loose
 
 
 @pytest.mark.xfail(bool(allowed("pending")), reason="typed figures still to fix",
@@ -164,3 +197,38 @@ def test_code_math_comments_and_non_figures_are_not_prose_figures(hidden):
 
 def test_a_prose_directive_is_scanned():
     assert FIGURE.search(prose("```{note}\nThis takes 5 minutes.\n```\n"))
+
+
+GLUES = ("glue", "glue_text")
+
+
+def literal_glues(source: str) -> list[str]:
+    """The glue calls of a code cell whose value names no variable: a number typed into
+    the cell, which the prose would then show as if it came from a record."""
+    found = []
+    for node in ast.walk(ast.parse(source)):
+        if (isinstance(node, ast.Call) and getattr(node.func, "id", None) in GLUES
+                and len(node.args) >= 2
+                and not any(isinstance(n, ast.Name) for n in ast.walk(node.args[1]))):
+            found.append(ast.unparse(node))
+    return found
+
+
+@pytest.mark.parametrize("source, literal", [
+    ('glue_text("wu", "41.02")', True),
+    ('glue_text("wu", f"{41.02:.1f}")', True),
+    ('glue("wu", 41.02, display=False)', True),
+    ('glue_text("wu", f"{record[\'bleu\']:.1f}")', False),
+    ('glue(key, value, display=False)', False),
+])
+def test_a_glued_literal_is_found(source, literal):
+    assert bool(literal_glues(source)) == literal
+
+
+def test_no_chapter_glues_a_literal():
+    import jupytext
+
+    typed = [f"{chapter.name}: {call}" for chapter in sorted((ROOT / "book").glob("*.md"))
+             for cell in jupytext.read(chapter).cells if cell.cell_type == "code"
+             for call in literal_glues(cell.source)]
+    assert not typed, f"glued values typed by hand: {typed}"
