@@ -58,7 +58,22 @@ def setup_times() -> str:
         f"The final model of `make train` translates {exact[0]} of the test numbers "
         "exactly (greedy decoding)"
         + (f"; with seeds 1 and 2, {' and '.join(exact[1:])}" if exact[1:] else "")
-        + f" ({_provenance(record, 'fresh_clone.json')}).\n"
+        + f" ({_provenance(record, 'fresh_clone.json')})." + slower_setup() + "\n"
+    )
+
+
+def slower_setup() -> str:
+    """The same fresh-clone commands on a CPU without native bf16, where measured (a
+    sentence with its leading space, or nothing)."""
+    name = "fresh_clone_avx2.json"
+    if not (RESULTS / name).is_file():
+        return ""
+    record = _record(name)
+    runs = {run["command"]: run for run in record["runs"]}
+    return (
+        f" On an {record['machine']}, `make test` took "
+        f"{_minutes(runs['make test']['seconds'])} and `make book` "
+        f"{_minutes(runs['make book']['seconds'])} ({_provenance(record, name)})."
     )
 
 
