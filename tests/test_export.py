@@ -77,8 +77,10 @@ def code_lines(chapter: Path):
 @pytest.mark.parametrize("chapter", sorted((ROOT / "book").glob("*.md")), ids=lambda p: p.name)
 def test_no_code_line_is_wider_than_the_rendered_column(chapter):
     """The book's column shows 88 characters (black's and ruff's width) without scrolling;
-    the package's modules are these cells, so they keep the width too."""
-    wide = [f"{chapter.name}:{n} ({len(line)})" for n, line in code_lines(chapter) if len(line) > 88]
+    the package's modules are these cells, so they keep the width too. A cell's options
+    (`:tags:`, `:mystnb:` with an image's alt text) are not shown, and may be longer."""
+    wide = [f"{chapter.name}:{n} ({len(line)})" for n, line in code_lines(chapter)
+            if len(line) > 88 and not re.match(r":\w+:", line)]
     assert not wide, f"code lines over 88 characters: {', '.join(wide)}"
 
 
