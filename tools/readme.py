@@ -73,7 +73,8 @@ def slower_setup() -> str:
     return (
         f" On an {record['machine']}, `make test` took "
         f"{_minutes(runs['make test']['seconds'])} and `make book` "
-        f"{_minutes(runs['make book']['seconds'])} ({_provenance(record, name)})."
+        f"{_minutes(runs['make book']['seconds'])} (`benchmarks/results/{name}`, commit "
+        f"{record['cloned_commit'][:7]})."
     )
 
 
