@@ -25,7 +25,7 @@ def test_every_generated_file_names_its_chapter_and_the_chapter_names_it():
     for module in (ROOT / "transformer").glob("*.py"):
         if module.name == "_book.py":  # the book's helpers: cells tagged book-helper
             first_line = module.read_text().splitlines()[0]
-            chapters = re.fullmatch(r"# Generated from (.*) by tools/export.py: .*", first_line)[1]
+            chapters = re.fullmatch(r"# Generated from (.*) by tools/export.py:.*", first_line)[1]
             for chapter in chapters.split(", "):
                 assert ":tags: [book-helper" in (ROOT / chapter).read_text(), chapter
         elif not module.name.startswith("__") and module.name != "utils.py":

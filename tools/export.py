@@ -204,9 +204,15 @@ def package_init(files: dict[str, str]) -> str:
 
 
 def book_helpers(book: Path) -> str | None:
-    """_book.py: the cells tagged `book-helper`, in the chapters' order, or None."""
+    """_book.py: the cells tagged `book-helper`, in the chapters' reading order (the
+    table of contents', so the first chapter's cell can open the module), or None."""
+    toc_file = book.parent / "_toc.yml"
+    toc = toc_file.read_text() if toc_file.exists() else ""
+    order = re.findall(r"file:\s*book/(\w+)", toc)
     parts = []
-    for chapter in sorted(book.glob("*.md")):
+    reading = sorted(book.glob("*.md"), key=lambda c: (
+        order.index(c.stem) if c.stem in order else len(order), c.name))
+    for chapter in reading:
         cells = [cell.source.strip("\n") for cell in jupytext.read(chapter).cells
                  if cell.cell_type == "code" and "book-helper" in cell.metadata.get("tags", [])]
         if cells:
@@ -214,7 +220,7 @@ def book_helpers(book: Path) -> str | None:
     if not parts:
         return None
     names = ", ".join(f"book/{name}" for name, _ in parts)
-    header = f"# Generated from {names} by tools/export.py: the book's, not the API.\n"
+    header = f"# Generated from {names} by tools/export.py:\n# the book's, not the API.\n"
     return header + "\n\n\n".join(body for _, body in parts) + "\n"
 
 

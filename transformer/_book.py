@@ -1,6 +1,7 @@
-# Generated from book/trainer.md by tools/export.py: the book's, not the API.
-"""The book's cached runs: each trained once, then loaded by every chapter that studies
-it. Not part of the API."""
+# Generated from book/trainer.md, book/results.md by tools/export.py:
+# the book's, not the API.
+"""The book's cached runs, each trained once then loaded by every chapter that studies
+it, and how its records were measured. Not part of the API."""
 
 import hashlib
 import inspect
@@ -63,3 +64,23 @@ def small_number_run() -> tuple[TransformerConfig, TrainingConfig]:
         checkpoint_minutes=1e9,
     )
     return model_config, training_config
+
+
+def measured(results: Path, names: list[str]) -> list[dict]:
+    """How records were measured, for a chapter's folded note: each record's commit
+    (or that it has none: history), machine, PyTorch and the command that wrote it.
+    The Multi30k folder of this repository's runs is written as a reader's,
+    data/multi30k, where `python -m transformer data multi30k` puts it."""
+    rows = []
+    for name in names:
+        record = json.loads((results / name).read_text())
+        git = record.get("git") or record.get("trained", {}).get("git") or {}
+        commit = git.get("commit")
+        rows.append({
+            "record": name,
+            "commit": commit[:7] if commit else "none recorded (history)",
+            "machine": record["machine"],
+            "PyTorch": record.get("torch", "not recorded"),
+            "command": record["command"].replace("../shared/data/", "data/"),
+        })
+    return rows
