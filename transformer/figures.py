@@ -90,7 +90,7 @@ def draw_architecture(
         ax.text(x, -0.2, side, ha="center", fontsize=9)
         embedding = f"Embedding {vocab:,} x {d}\nscaled by sqrt({d})"
         _box(ax, drawn, x, 0.6, embedding, "embed")
-        ax.text(x + 0.15, 1.5, "+ positional encoding", va="center", fontsize=8)
+        ax.text(x + 0.15, 1.5, "+ positional encoding", va="center", fontsize=9)
         _arrow(ax, x, 0.0, x, 0.3)
         _arrow(ax, x, 0.92, x, 2.05)
     heads = f"h = {h}, d_k = {d_k}"
@@ -122,7 +122,7 @@ def draw_architecture(
         lw=0.9,
     )
     _arrow(ax, 5.5, dec[2], 6.55, dec[2])
-    ax.text(4.0, route + 0.2, "keys and values", fontsize=8, ha="center")
+    ax.text(4.0, route + 0.2, "keys and values", fontsize=9, ha="center")
     ax.set_xlim(-1.2, 12.2)
     ax.set_ylim(-0.5, top + 1.9)
     ax.axis("off")
