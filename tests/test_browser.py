@@ -51,22 +51,29 @@ def anchors(path: Path) -> frozenset[str]:
 
 
 @pytest.fixture(scope="module")
-def site():
+def chromium():
+    """One Playwright and one Chromium for the module's tests: a second sync_playwright
+    started inside the first one's asyncio loop is refused."""
     pytest.importorskip("playwright.sync_api", reason="needs Playwright: make test-browser")
     executable = next(filter(None, map(shutil.which, BROWSERS)), None)
     if executable is None:
         pytest.skip("needs a Chromium (Debian: apt-get install chromium): make test-browser")
-    if not (HTML / "index.html").is_file():
-        pytest.skip("needs the built book in _build/html: make book")
     from playwright.sync_api import sync_playwright
 
+    with sync_playwright() as playwright:
+        browser = playwright.chromium.launch(executable_path=executable, args=["--no-sandbox"])
+        yield browser
+        browser.close()
+
+
+@pytest.fixture(scope="module")
+def site(chromium):
+    if not (HTML / "index.html").is_file():
+        pytest.skip("needs the built book in _build/html: make book")
     handler = functools.partial(_QuietHandler, directory=str(HTML))
     server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
     threading.Thread(target=server.serve_forever, daemon=True).start()
-    with sync_playwright() as playwright:
-        browser = playwright.chromium.launch(executable_path=executable, args=["--no-sandbox"])
-        yield browser, f"http://127.0.0.1:{server.server_address[1]}/"
-        browser.close()
+    yield chromium, f"http://127.0.0.1:{server.server_address[1]}/"
     server.shutdown()
 
 
@@ -249,21 +256,15 @@ def test_the_translator_in_the_page_translates_as_python_does(site):
 
 
 @pytest.fixture(scope="module")
-def jupyterlab(tmp_path_factory):
-    """A JupyterLab (the one `make lab` installs) serving a copy of the chapters, and a
-    Chromium driven by Playwright; yields (browser, url of the lab, the served folder)."""
+def jupyterlab(chromium, tmp_path_factory):
+    """A JupyterLab (the one `make lab` installs) serving a copy of the chapters, and the
+    module's Chromium; yields (browser, url of the lab, the served folder)."""
     pytest.importorskip("jupyterlab", reason="needs JupyterLab: make test-browser installs it")
-    pytest.importorskip("playwright.sync_api", reason="needs Playwright: make test-browser")
-    executable = next(filter(None, map(shutil.which, BROWSERS)), None)
-    if executable is None:
-        pytest.skip("needs a Chromium (Debian: apt-get install chromium): make test-browser")
     import socket
     import subprocess
     import sys
     import time
     import urllib.request
-
-    from playwright.sync_api import sync_playwright
 
     folder = tmp_path_factory.mktemp("lab")
     shutil.copy(ROOT / "book" / "positional.md", folder)
@@ -284,10 +285,7 @@ def jupyterlab(tmp_path_factory):
                 time.sleep(0.5)
         else:
             pytest.fail("JupyterLab did not start within a minute")
-        with sync_playwright() as playwright:
-            browser = playwright.chromium.launch(executable_path=executable, args=["--no-sandbox"])
-            yield browser, url, folder
-            browser.close()
+        yield chromium, url, folder
     finally:
         server.terminate()
         server.wait(timeout=30)
