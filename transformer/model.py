@@ -236,8 +236,8 @@ class SublayerConnection(nn.Module):
 
 def to_autocast_dtype(x: Tensor) -> Tensor:
     """x in autocast's dtype where autocast is on for x's device; x otherwise."""
-    device = x.device.type
-    if torch.amp.is_autocast_available(device) and torch.is_autocast_enabled(device):
+    device = x.device.type  # is_autocast_available: a graph break in torch 2.11
+    if device != "meta" and torch.is_autocast_enabled(device):
         return x.to(torch.get_autocast_dtype(device))
     return x
 
