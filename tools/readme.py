@@ -185,33 +185,29 @@ def _median(record: dict, key: str, field: str) -> float:
 
 
 def gpu_speed() -> str:
-    """The Trainer's step on one GPU, packed rows against padded batches."""
+    """The Trainer's step on one GPU: as shipped, at a commit; then the older records."""
+    shipped = _record("trainer_step_gpu_base_shipped.json")
+    step = shipped["results"]["base, multi30k, packed"]
+    rate, mfu = step["tokens_per_s"], step["mfu"]
     names = {size: f"trainer_step_gpu_{size}_multi30k_packing.json" for size in ("base", "big")}
     parts = []
     for size, name in names.items():
         record = _record(name)
         padded, packed = (_median(record, f"{size}, multi30k{k}", "tokens_per_s") for k in ("", ", packed"))
-        mfu = _median(record, f"{size}, multi30k, packed", "mfu")
-        parts.append(f"`{size}` {packed:,.0f} target tokens/s ({packed / padded:.2f}x its padded batches, "
-                     f"{mfu:.0%} MFU on real tokens; `{name}`)")
+        parts.append(f"`{size}` packed {packed / padded:.2f}x its padded batches, "
+                     f"{_median(record, f'{size}, multi30k, packed', 'mfu'):.0%} MFU (`{name}`)")
     paper = _record("trainer_step_gpu_base_packing.json")
-    rate = _median(paper, "base, generated, packed, CUDA graphs", "tokens_per_s")
-    gpu = _record(names["base"])
-    tuning = _record("trainer_step_gpu_base_tuning.json")
-    plain, tuned = (tuning["results"][f"base, multi30k, packed{k}"] for k in ("", ", coordinate descent"))
+    paper_rate = _median(paper, "base, generated, packed, CUDA graphs", "tokens_per_s")
     return (
-        f"On one {gpu['machine']} (torch {gpu['torch']}), `Trainer.train_step` on Multi30k with "
-        f"`--pack-length` (whole sentence pairs packed into rows of a fixed length, replayed as CUDA "
-        f"graphs), at the paper's 25,000 tokens per update: {'; '.join(parts)}. At the base model's "
-        f"median rate with the paper's 37,000-word vocabulary, the paper's 100,000 updates of 25,000 "
-        f"target tokens take {100_000 * 25_000 / rate / 3600:.1f} hours "
-        f"(`trainer_step_gpu_base_packing.json`; the medians of three repeats). These were measured "
-        f"before the `Trainer` tuned the packed step's kernels (Inductor's coordinate descent over "
-        f"block sizes): on one {tuning['machine']} (torch {tuning['torch']}), the tuning takes the base "
-        f"step from {plain['tokens_per_s']['median']:,.0f} to {tuned['tokens_per_s']['median']:,.0f} "
-        f"target tokens/s, {plain['mfu']['median']:.1%} to {tuned['mfu']['median']:.1%} MFU on real "
-        f"tokens (`trainer_step_gpu_base_tuning.json`). The step as shipped now (its kernels tuned, its "
-        f"residual stream in bf16) has not been timed on a GPU yet.\n"
+        f"On one {shipped['machine']} (torch {shipped['torch']}, commit "
+        f"{shipped['git']['commit'][:7]}), `Trainer.train_step` as shipped for `--pack-length` (whole "
+        f"sentence pairs packed into rows of one length, kernels tuned, replayed as CUDA graphs), "
+        f"`base` on Multi30k at the paper's 25,000 tokens per update: {rate['median']:,.0f} target "
+        f"tokens/s, {mfu['median']:.1%} MFU on real tokens ({mfu['min']:.1%} to {mfu['max']:.1%} over "
+        f"three repeats; `trainer_step_gpu_base_shipped.json`). Older records, which name no commit, on "
+        f"one {_record(names['base'])['machine']}: {'; '.join(parts)}; with the paper's 37,000-word "
+        f"vocabulary, 100,000 base updates of 25,000 target tokens in "
+        f"{100_000 * 25_000 / paper_rate / 3600:.1f} hours (`trainer_step_gpu_base_packing.json`).\n"
     )
 
 
