@@ -65,3 +65,65 @@ def test_plot_attention_labels_queries_and_keys_and_checks_the_shape():
     with pytest.raises(ValueError, match=r"\(queries, keys\) = \(2, 3\)"):
         plot_attention(torch.zeros(3, 2), ["a", "b"], ["x", "y", "z"], ax)
     plt.close(fig)
+
+
+def _number_tokenizer():
+    from transformer import number_corpus
+    from transformer.data import train_tokenizer
+
+    corpus = number_corpus()
+    return train_tokenizer((text for pair in corpus.splits["train"] for text in pair), 60)
+
+
+def test_the_explorer_holds_every_weight_of_the_translation_it_shows():
+    from transformer.attention_maps import explore
+    from transformer.data import BOS, EOS
+    from transformer.decoding import greedy_decode
+
+    tokenizer = _number_tokenizer()
+    torch.manual_seed(0)
+    size = tokenizer.get_vocab_size()
+    model = Transformer(TransformerConfig(src_vocab_size=size, tgt_vocab_size=size, d_model=32, n_heads=4,
+                                          d_ff=64, n_layers=2))
+    sentence = "three hundred and forty-seven"
+    data = explore(model, tokenizer, sentence).data
+    src = tokenizer.encode(sentence, add_special_tokens=False).ids + [EOS]
+    out = greedy_decode(model.eval(), torch.tensor([src]))[0].tolist()  # the oracle's decode
+    out = out[: out.index(EOS) + 1] if EOS in out else out
+    weights = attention_weights(model, torch.tensor([src]), torch.tensor([[BOS, *out[:-1]]]))
+    token = tokenizer.id_to_token
+    kinds = {kind["name"]: kind for kind in data["kinds"]}
+    assert list(kinds) == ["encoder self-attention", "decoder self-attention", "encoder-decoder attention"]
+    assert data["heads"] == 4
+    assert kinds["encoder self-attention"]["queries"] == [token(i) for i in src]
+    assert kinds["encoder-decoder attention"]["queries"] == [token(i) for i in out]
+    assert kinds["decoder self-attention"]["keys"] == ["<bos>", *(token(i) for i in out[:-1])]
+    for name, key in [("encoder self-attention", "encoder.{}.self"), ("decoder self-attention", "decoder.{}.self"),
+                      ("encoder-decoder attention", "decoder.{}.cross")]:
+        assert len(kinds[name]["layers"]) == 2
+        for layer, shown in enumerate(kinds[name]["layers"]):
+            torch.testing.assert_close(torch.tensor(shown), weights[key.format(layer)][0], atol=6e-5, rtol=0)  # rounded to 1e-4
+
+
+def test_the_explorer_refuses_weights_that_do_not_fit_its_tokens():
+    from transformer.attention_maps import AttentionExplorer, explore
+
+    model = _model()
+    weights = attention_weights(model, torch.randint(4, 30, (1, 6)), torch.randint(4, 30, (1, 4)))
+    source, output = [f"s{i}" for i in range(6)], [f"o{i}" for i in range(4)]
+    AttentionExplorer(weights, source, output)  # fits
+    with pytest.raises(ValueError, match=r"encoder.0.self must have shape \(heads, queries, keys\) = \(4, 5, 5\); got \(4, 6, 6\)"):
+        AttentionExplorer(weights, source[:5], output)
+    with pytest.raises(ValueError, match="no 'decoder.0.cross'"):
+        AttentionExplorer({k: w for k, w in weights.items() if "cross" not in k}, source, output)
+    with pytest.raises(TypeError, match="one string; got list"):
+        explore(model, _number_tokenizer(), ["two words"])
+
+
+def test_the_explorer_page_keeps_a_closing_tag_in_a_token_out_of_its_script():
+    from transformer.attention_maps import AttentionExplorer
+
+    weights = attention_weights(_model(), torch.randint(4, 30, (1, 2)), torch.randint(4, 30, (1, 2)))
+    html = AttentionExplorer(weights, ["</script>", "b"], ["x", "y"])._repr_html_()
+    assert html.count("</script>") == 1 and html.endswith("</script>")
+    assert "renderAttentionExplorer(document.getElementById(" in html

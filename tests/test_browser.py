@@ -173,6 +173,76 @@ def test_page_layout(site, page_path):
 MODELS = HTML / "_static" / "translate" / "models"
 
 
+def _drawn(explorer) -> list[tuple[int, int, float]]:
+    """(query, key, weight) of each cell of an explorer's main view, from its SVG."""
+    return explorer.locator(".explorer-main [data-weight]").evaluate_all(
+        "cells => cells.map(c => [+c.dataset.query, +c.dataset.key, +c.dataset.weight])")
+
+
+def _choose(explorer, **controls) -> None:
+    for control, value in controls.items():
+        explorer.locator(f'select[data-control="{control}"]').select_option(value=str(value))
+
+
+def test_the_attention_explorer_draws_pythons_weights_and_follows_its_controls(site):
+    """The two explorers of the attention-maps chapter: for a kind, layer and head chosen
+    with the controls (and the mean of the heads), the weights drawn (the SVG's
+    data-weight) are Python's: the number model's as `explore` computes them again here,
+    the Multi30k model's as its record holds them; the lines view draws a line per pair;
+    hovering a query dims the other rows; the small multiples show h heads and a click
+    on one chooses it; no request leaves the book; no console error."""
+    import torch
+
+    from transformer._book import small_number_run, train_once
+    from transformer.attention_maps import explore
+
+    trainer, _ = train_once(*small_number_run())  # the model the chapter explores
+    numbers = explore(trainer.model.eval(), trainer.data.tokenizer,
+                      "nine hundred and eighty-six").data
+    record = json.loads((ROOT / "benchmarks" / "results" / "attention_multi30k.json").read_text())
+    real = record["sentences"][0]["weights"]
+    names = ["encoder.{}.self", "decoder.{}.self", "decoder.{}.cross"]  # the menu's order
+    browser, base = site
+    page = browser.new_page()
+    problems, requests = [], []
+    page.on("console", lambda m: problems.append(m.text) if m.type == "error" else None)
+    page.on("pageerror", lambda e: problems.append(str(e)))
+    page.on("request", lambda r: requests.append(r.url))
+    page.goto(base + "book/attention_maps.html", wait_until="load")
+    explorers = page.locator(".attention-explorer")
+    assert explorers.count() == 2
+    for index, heads, weights in [
+        (0, numbers["heads"], lambda kind, layer: numbers["kinds"][kind]["layers"][layer]),
+        (1, record["model_config"]["n_heads"], lambda kind, layer: real[names[kind].format(layer)]),
+    ]:
+        explorer = explorers.nth(index)
+        for kind in range(3):
+            for layer, head in [(0, heads - 1), (1, 0)]:
+                _choose(explorer, attention=kind, layer=layer + 1, head=head + 1)  # from 1
+                expected = torch.tensor(weights(kind, layer))  # (h, queries, keys)
+                drawn = _drawn(explorer)
+                assert len(drawn) == expected[head].numel()
+                for q, k, w in drawn:
+                    assert abs(w - expected[head, q, k].item()) < 1e-4, (index, kind, layer, q, k)
+        _choose(explorer, head="mean")
+        mean = expected.mean(0)
+        assert all(abs(w - mean[q, k].item()) < 1e-4 for q, k, w in _drawn(explorer))
+        _choose(explorer, view="lines")
+        assert explorer.locator(".explorer-main line").count() == mean.numel()
+        explorer.locator('.explorer-main text[data-query="1"]').dispatch_event("mouseenter")
+        dimmed = explorer.locator(".explorer-main line").evaluate_all(
+            "ls => ls.map(l => [+l.dataset.query, +l.getAttribute('stroke-opacity'), +l.dataset.weight])")
+        assert all(o == (w if q == 1 else w * 0.1) or abs(o - (w if q == 1 else w * 0.1)) < 1e-9
+                   for q, o, w in dimmed), "the hovered query's lines stay, the others dim"
+        small = explorer.locator(".explorer-heads [data-head]")
+        assert small.count() == heads
+        small.nth(heads - 1).click()
+        assert explorer.locator('select[data-control="head"]').input_value() == str(heads)
+    assert all(url.startswith(base) for url in requests), [u for u in requests if not u.startswith(base)]
+    assert not problems, problems
+    page.close()
+
+
 def test_the_translator_in_the_page_translates_as_python_does(site):
     """The deploy chapter's translator (tools/web.py's files), with each model of its menu:
     greedy and beam translations equal onnxruntime's in Python (OnnxTranslator), and for

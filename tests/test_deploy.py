@@ -3,6 +3,7 @@ run without a cache (the whole prefix recomputed) or against torch's own attenti
 greedy translations against `translate`; bad input refused with nothing left on disk."""
 
 import json
+import shutil
 from pathlib import Path
 
 import numpy as np
@@ -134,11 +135,12 @@ def test_model_json_says_how_to_drive_the_graphs(exported):
     assert meta["n_layers"] == 2 and meta["d_k"] == meta["d_v"] == 8 and meta["max_len"] == 64
     assert Tokenizer.from_file(str(folder / "tokenizer.json")).encode("two blue dogs").ids == \
         tokenizer.encode("two blue dogs").ids
-    for name in ("encoder", "step"):
+    for name in ("encoder", "step", "maps"):
         graph = onnx.load(str(folder / f"{name}.onnx")).graph
         assert [i.name for i in graph.input] == meta[f"{name}_inputs"]
         assert [o.name for o in graph.output] == meta[f"{name}_outputs"]
-    assert sorted(p.name for p in folder.iterdir()) == ["encoder.onnx", "model.json", "step.onnx", "tokenizer.json"]
+    assert sorted(p.name for p in folder.iterdir()) == ["encoder.onnx", "maps.onnx", "model.json", "step.onnx",
+                                                        "tokenizer.json"]
 
 
 def test_a_graph_with_a_fixed_size_is_refused(tmp_path):
@@ -191,9 +193,42 @@ def test_committed_page_models_are_small_and_say_where_they_come_from():
     folders = [p for p in (root / "web" / "models").glob("*") if p.is_dir()]
     for folder in folders:
         files = {p.name: p.stat().st_size for p in folder.iterdir()}
-        assert set(files) == {"encoder.onnx", "step.onnx", "tokenizer.json", "model.json"}
+        assert {"encoder.onnx", "step.onnx", "tokenizer.json", "model.json"} <= set(files)
         assert sum(files.values()) < 8e6, f"{folder.name}: {sum(files.values()) / 1e6:.1f} MB"
         meta = json.loads((folder / "model.json").read_text())
         assert meta["weights"] == "int8" and meta["about"]["label"]
         assert (root / meta["about"]["record"]).is_file(), meta["about"]["record"]
 
+
+
+def test_the_maps_graph_gives_attention_weights_for_every_kind_layer_and_head(exported):
+    """maps.onnx against attention_weights (PyTorch, the oracle) on sources of several
+    lengths and outputs of other lengths, both post-LN and pre-LN."""
+    from transformer.attention_maps import attention_weights
+
+    model, _, folder, _ = exported
+    translator = OnnxTranslator(folder)
+    meta = json.loads((folder / "model.json").read_text())
+    assert meta["maps_inputs"] == ["src", "tgt"]
+    vocab = model.config.tgt_vocab_size
+    for n, m in [(1, 1), (3, 9), (12, 4)]:
+        torch.manual_seed(n * 10 + m)
+        src = torch.randint(4, vocab, (n,)).tolist()[:-1] + [EOS]
+        out = torch.randint(4, vocab, (m,)).tolist()[:-1] + [EOS]
+        maps = translator.attention_maps(src, out)
+        expected = attention_weights(model.eval(), torch.tensor([src]), torch.tensor([[BOS, *out[:-1]]]))
+        assert maps.keys() == expected.keys()
+        for key, w in expected.items():
+            np.testing.assert_allclose(maps[key], w[0].numpy(), atol=1e-5, rtol=0, err_msg=key)
+            assert maps[key].shape == w[0].shape
+
+
+def test_a_folder_without_maps_translates_and_says_what_is_missing(exported, tmp_path):
+    _, _, folder, _ = exported
+    older = tmp_path / "older"
+    shutil.copytree(folder, older)
+    (older / "maps.onnx").unlink()
+    translator = OnnxTranslator(older)
+    assert translator.translate(["a"]) == OnnxTranslator(folder).translate(["a"])
+    with pytest.raises(FileNotFoundError, match="no maps.onnx .* export the model again"):
+        translator.attention_maps([EOS], [EOS])

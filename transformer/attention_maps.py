@@ -4,23 +4,30 @@
 
 from __future__ import annotations
 
+import json
+import uuid
 from collections.abc import Sequence
+from importlib import resources
 
 import torch
+from tokenizers import Tokenizer
 from torch import Tensor
 
+from transformer.data import BOS, EOS
+from transformer.decoding import beam_search, encode_sources, greedy_decode
 from transformer.model import Transformer
 
 
 @torch.no_grad()
 def attention_weights(
-    model: Transformer, src: Tensor, tgt: Tensor
+    model: Transformer, src: Tensor, tgt: Tensor, check_ids: bool = True
 ) -> dict[str, Tensor]:
     """Every attention layer's weights for src (batch, n) and decoder input tgt (batch,
     m).
 
     Keys "encoder.I.self" (batch, h, n, n), "decoder.I.self" (batch, h, m, m) and
     "decoder.I.cross" (batch, h, m, n) for each layer I; computed in eval mode.
+    check_ids: see Transformer.forward (off where a graph is traced).
     """
     names = {}
     for i, layer in enumerate(model.encoder.layers):
@@ -30,7 +37,8 @@ def attention_weights(
         names[layer.cross_attn] = f"decoder.{i}.cross"
     weights: dict[str, Tensor] = {}
     handles = []
-    for module in names:
+    # each hook holds its name: a traced graph calls it with a copy of the module
+    for module, name in names.items():
         handles.append(
             module.register_forward_pre_hook(
                 lambda _, args, kwargs: (args, {**kwargs, "need_weights": True}),
@@ -39,13 +47,13 @@ def attention_weights(
         )
         handles.append(
             module.register_forward_hook(
-                lambda module, _, output: weights.__setitem__(names[module], output[1])
+                lambda _, __, output, name=name: weights.__setitem__(name, output[1])
             )
         )
     was_training = model.training
     model.eval()
     try:
-        model(src, tgt)
+        model(src, tgt, check_ids=check_ids)
     finally:
         for handle in handles:
             handle.remove()
@@ -81,7 +89,76 @@ def plot_attention(
     return ax
 
 
+class AttentionExplorer:
+    """Every head of every layer of the three kinds of attention on one sentence, shown
+    in a notebook (or any page) by explorer.js. weights: attention_weights's dict for
+    one sentence; source: its tokens; output: the tokens each decoder query predicts."""
+
+    def __init__(
+        self, weights: dict[str, Tensor], source: Sequence[str], output: Sequence[str]
+    ):
+        decoder_inputs = ["<bos>", *output[:-1]]  # the tokens the decoder reads
+        kinds = {"encoder self-attention": ("encoder.{}.self", source, source),
+                 "decoder self-attention": ("decoder.{}.self", output, decoder_inputs),
+                 "encoder-decoder attention": ("decoder.{}.cross", output, source)}
+        self.data: dict = {"heads": None, "kinds": []}
+        for name, (key, queries, keys) in kinds.items():
+            layers = []
+            while key.format(len(layers)) in weights:
+                w = torch.as_tensor(weights[key.format(len(layers))])  # or NumPy's
+                w = w[0] if w.dim() == 4 and w.size(0) == 1 else w  # a batch of one
+                heads = self.data["heads"] or w.size(0)
+                if tuple(w.shape) != (heads, len(queries), len(keys)):
+                    raise ValueError(
+                        f"{key.format(len(layers))} must have shape (heads, queries, "
+                        f"keys) = ({heads}, {len(queries)}, {len(keys)}); got "
+                        f"{tuple(w.shape)}")
+                self.data["heads"] = heads
+                layers.append((w.double() * 1e4).round().div(1e4).tolist())
+            if not layers:
+                raise ValueError(f"weights has no {key.format(0)!r}: expected "
+                                 "attention_weights's dict")
+            self.data["kinds"].append({"name": name, "queries": list(queries),
+                                       "keys": list(keys), "layers": layers})
+
+    def _repr_html_(self) -> str:
+        script = resources.files("transformer").joinpath("explorer.js").read_text()
+        root = f"attention-explorer-{uuid.uuid4().hex}"
+        data = json.dumps(self.data).replace("</", "<\\/")  # no </script> in the data
+        return (f'<div id="{root}" class="attention-explorer"></div>\n<script>\n'
+                f"{script}\nrenderAttentionExplorer(document.getElementById"
+                f'("{root}"), {data});\n</script>')
+
+
+@torch.no_grad()
+def explore(
+    model: Transformer, tokenizer: Tokenizer, sentence: str, beam_size: int = 1
+) -> AttentionExplorer:
+    """The attention explorer of `model` translating `sentence` (one string)."""
+    if not isinstance(sentence, str):
+        raise TypeError(f"sentence must be one string; got {type(sentence).__name__}")
+    device = next(model.parameters()).device
+    ids = encode_sources(tokenizer, [sentence], model.config.max_len)
+    src = torch.tensor(ids, device=device)
+    was_training = model.training
+    model.eval()
+    try:
+        if beam_size == 1:
+            out = greedy_decode(model, src)[0].tolist()
+        else:
+            out = beam_search(model, src, beam_size).tokens[0, 0].tolist()
+    finally:
+        model.train(was_training)
+    out = out[: out.index(EOS) + 1] if EOS in out else out
+    tgt = torch.tensor([[BOS, *out[:-1]]], device=device)  # what the decoder reads
+    token = tokenizer.id_to_token
+    return AttentionExplorer(attention_weights(model, src, tgt),
+                             [token(i) for i in ids[0]], [token(i) for i in out])
+
+
 __all__ = [
     'attention_weights',
     'plot_attention',
+    'AttentionExplorer',
+    'explore',
 ]

@@ -20,6 +20,7 @@ from tokenizers import Tokenizer
 from torch import Tensor, nn
 
 from transformer.attention import KeyValueCache, padding_mask
+from transformer.attention_maps import attention_weights
 from transformer.data import BOS, EOS, PAD, lowercases
 from transformer.decoding import encode_sources, next_token_log_probs, length_penalty
 from transformer.model import Transformer
@@ -89,8 +90,27 @@ class StepGraph(nn.Module):
         return (next_token_log_probs(logits[:, -1]), weights[0][:, :, -1], *present)
 
 
+class MapsGraph(nn.Module):
+    """src (batch, n) and the decoder's input tgt (batch, m) -> every attention weight,
+    stacked by kind: encoder self-attention (batch, layers, h, n, n), decoder self-
+    attention (batch, layers, h, m, m), encoder-decoder (batch, layers, h, m, n)."""
+
+    def __init__(self, model: Transformer):
+        super().__init__()
+        self.model = model
+
+    def forward(self, src: Tensor, tgt: Tensor) -> tuple[Tensor, ...]:
+        weights = attention_weights(self.model, src, tgt, check_ids=False)
+        kinds = [("encoder.{}.self", self.model.encoder),
+                 ("decoder.{}.self", self.model.decoder),
+                 ("decoder.{}.cross", self.model.decoder)]
+        return tuple(
+            torch.stack([weights[key.format(i)] for i in range(len(stack.layers))], 1)
+            for key, stack in kinds)
+
+
 def _graph_names(n_layers: int) -> dict[str, list[str]]:
-    """Input and output names of the two graphs."""
+    """Input and output names of the graphs."""
     def per_layer(kind: str) -> list[str]:
         parts = ("key", "value")
         return [f"{kind}_{part}_{i}" for i in range(n_layers) for part in parts]
@@ -101,6 +121,8 @@ def _graph_names(n_layers: int) -> dict[str, list[str]]:
         "step_inputs": ["tokens", "src", "memory", "rows", *per_layer("past"),
                         *per_layer("cross")],
         "step_outputs": ["log_probs", "attention", *per_layer("present")],
+        "maps_inputs": ["src", "tgt"],
+        "maps_outputs": ["encoder_self", "decoder_self", "cross"],
     }
 
 
@@ -168,10 +190,10 @@ def export_onnx(
     model: Transformer, tokenizer: Tokenizer, out: str | Path,
     about: dict | None = None, overwrite: bool = False, int8: bool = False,
 ) -> dict:
-    """Write out/encoder.onnx, out/step.onnx, out/tokenizer.json and out/model.json
-    (what a runtime needs; `about`: where the model came from). Returns model.json's
-    content. overwrite: replace an existing `out`; int8: weights as int8 (see
-    quantize_int8)."""
+    """Write out/encoder.onnx, out/step.onnx, out/maps.onnx, out/tokenizer.json and
+    out/model.json (what a runtime needs; `about`: where the model came from). Returns
+    model.json's content. overwrite: replace an existing `out`; int8: weights as int8
+    (see quantize_int8)."""
     out = Path(out)
     if out.exists() and not overwrite:
         raise FileExistsError(f"{out} exists; pass overwrite=True (--overwrite) to "
@@ -181,7 +203,7 @@ def export_onnx(
     attention = model.decoder.layers[0].self_attn
     d_k, d_v = attention.d_k, attention.d_v
     names = _graph_names(n_layers)
-    batch, n, past = (torch.export.Dim(name) for name in ("batch", "n", "past"))
+    batch, n, m, past = (torch.export.Dim(name) for name in ("batch", "n", "m", "past"))
     src = torch.full((2, 6), min(4, config.src_vocab_size - 1))
     src[1, 4:] = PAD
     out.parent.mkdir(parents=True, exist_ok=True)
@@ -200,7 +222,11 @@ def export_onnx(
                   cache_shapes)
         _export(StepGraph(model), step_args, holding / "step.onnx",
                 names["step_inputs"], names["step_outputs"], shapes)
-        for graph in ("encoder", "step") if int8 else ():
+        tgt = torch.full((2, 5), min(4, config.tgt_vocab_size - 1))
+        _export(MapsGraph(model), (src, tgt), holding / "maps.onnx",
+                names["maps_inputs"], names["maps_outputs"],
+                ({0: batch, 1: n}, {0: batch, 1: m}))
+        for graph in ("encoder", "step", "maps") if int8 else ():
             quantize_int8(holding / f"{graph}.onnx")
         (holding / "tokenizer.json").write_text(tokenizer.to_str())
         meta = {
@@ -239,6 +265,9 @@ class OnnxTranslator:
             onnxruntime.InferenceSession(str(folder / f"{name}.onnx"),
                                          providers=["CPUExecutionProvider"])
             for name in ("encoder", "step"))
+        maps = folder / "maps.onnx"  # not in the folders of older exports
+        self.maps = onnxruntime.InferenceSession(
+            str(maps), providers=["CPUExecutionProvider"]) if maps.is_file() else None
 
     def greedy(self, src: list[int]) -> tuple[list[int], np.ndarray]:
         """Output ids of source ids `src` (ending in <eos>), without <bos> and <eos>,
@@ -312,10 +341,28 @@ class OnnxTranslator:
         ids, weights = [int(i) for i in done[0][1]], np.stack(done[0][2])
         return (ids[:-1] if ids[-1] == m["eos_id"] else ids), weights
 
+    def attention_maps(
+        self, src: list[int], output: list[int]
+    ) -> dict[str, np.ndarray]:
+        """Every attention weight of the model reading source ids `src` and,
+        teacher-forced, `output` (both ending in <eos>): attention_weights's keys, each
+        (h, queries, keys)."""
+        if self.maps is None:
+            raise FileNotFoundError("this folder has no maps.onnx (exported by an "
+                                    "older version): export the model again")
+        tgt = [self.meta["bos_id"], *output[:-1]]  # the decoder reads output, shifted
+        inputs = {"src": np.array([src], np.int64), "tgt": np.array([tgt], np.int64)}
+        encoder, decoder, cross = (w[0] for w in self.maps.run(None, inputs))
+        maps = {f"encoder.{i}.self": w for i, w in enumerate(encoder)}
+        for i, (own, other) in enumerate(zip(decoder, cross)):
+            maps.update({f"decoder.{i}.self": own, f"decoder.{i}.cross": other})
+        return maps
+
 
 __all__ = [
     'EncoderGraph',
     'StepGraph',
+    'MapsGraph',
     'quantize_int8',
     'export_onnx',
     'OnnxTranslator',
