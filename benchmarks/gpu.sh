@@ -26,7 +26,7 @@
 #                                                     # graphs), batches of 1/16/128, fp32 and bf16
 #   bash benchmarks/gpu.sh recipe DATA SEEDS...       # the plain lowercased train command (its GPU default:
 #                                                     # 16,000 updates), then evaluate; about 9 min a seed on
-#                                                     # one H200 (multi30k_en_de_lc_gpu_cut.json)
+#                                                     # one H100 (multi30k_en_de_lc_gpu.json)
 #
 # DATA is the Multi30k folder (default ../shared/data/multi30k); results go to
 # benchmarks/results, logs and runs to runs/gpu.
