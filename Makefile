@@ -7,7 +7,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 NOTEBOOKS := build/notebooks
 
-.PHONY: install export notebooks test test-quick test-browser book web-packages train lab clean
+.PHONY: install export notebooks test test-quick test-browser chromium book web-packages train lab clean
 
 install: $(VENV)/.installed
 
@@ -35,15 +35,19 @@ test: notebooks
 test-quick: install
 	$(BIN)/python -m pytest tests -q -m "not slow and not browser"
 
-# Every page of the built book in headless Chromium, and a chapter run and saved in JupyterLab
-# (Playwright is in requirements.txt; the browser is Debian's chromium, installed here when
-# missing and apt-get can run).
-test-browser: book
+# Every page of the built book in headless Chromium, the translator's and the explorers'
+# weights against Python's, and a chapter run and saved in JupyterLab (Playwright is in
+# requirements.txt; the browser is Debian's chromium, installed by `make chromium`).
+test-browser: book chromium
 	$(BIN)/python -m pip install --quiet $(JUPYTERLAB)
+	$(BIN)/python -m pytest tests/test_browser.py -v --durations=10
+
+# A Chromium for the browser tests: the system's, or Debian's chromium installed where this
+# runs as root with apt-get; otherwise a refusal that says what to install.
+chromium:
 	@command -v chromium >/dev/null || command -v chromium-browser >/dev/null || command -v google-chrome >/dev/null \
-	  || { [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null && apt-get update -qq && apt-get install -y -qq chromium; } \
-	  || { echo "make test-browser needs Chromium: apt-get install chromium (or your system's package)"; exit 1; }
-	$(BIN)/python -m pytest tests/test_browser.py -v
+	  || { [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null && apt-get update -qq && apt-get install -y -qq chromium >/dev/null; } \
+	  || { echo "the browser tests need Chromium: apt-get install chromium (or your system's package)"; exit 1; }
 
 # The executed HTML book in _build/html, warnings as errors; then the deploy chapter's
 # in-page translator (tools/web.py), whose runtime npm installs from web/package-lock.json.

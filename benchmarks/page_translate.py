@@ -6,7 +6,9 @@ files (OnnxTranslator), in the same run.
 Recorded: what the first visit downloads for the translator (the runtime, the tokenizer, the
 page's code and the model, each file's bytes and gzip -6 bytes, as a static host serves
 them), the time until the model is loaded, and each sentence's translation time, greedy and
-beam 4, over repeats (min / median / max, after one warm-up translation).
+beam 4, over repeats (min / median / max, after one warm-up translation); then, through the
+page's controls as a reader uses them, the time from a click on Translate until the
+translation and the explorer of every head are drawn.
 
     make book
     python benchmarks/page_translate.py --model numbers \\
@@ -79,9 +81,17 @@ def in_page(html: Path, model: str, sentences: list[str], repeats: int) -> dict:
                 return { load_ms, runs, translations: out.map((r) => r.text),
                          source_tokens: out.map((r) => r.source.length) };
             }""", [base, model, sentences, repeats])
+            visit = len(fetched)  # what the explorer fetches comes after the first visit
+            timings["clicks"] = through_controls(page, model, sentences, repeats)
             browser.close()
     finally:
         server.shutdown()
+    return {**timings, "files": sizes(html, model, fetched[:visit]),
+            "explorer_files": sizes(html, model, fetched[visit:])}
+
+
+def sizes(html: Path, model: str, fetched: list[str]) -> dict:
+    """Bytes and gzip -6 bytes of the translator's files among the paths fetched."""
     ours = sorted({p for p in fetched if "/_static/translate/" in p
                    and "/models/" not in p or f"/models/{model}/" in p})
     files = {}
@@ -89,7 +99,57 @@ def in_page(html: Path, model: str, sentences: list[str], repeats: int) -> dict:
         data = (html / path.lstrip("/")).read_bytes()
         files[path.split("/_static/translate/")[1]] = {
             "bytes": len(data), "gzip_bytes": len(gzip.compress(data, 6))}
-    return {**timings, "files": files}
+    return files
+
+
+def through_controls(page, model: str, sentences: list[str], repeats: int) -> dict:
+    """As a reader sees it: from a click on Translate to the translation, its map and the
+    explorer of every head drawn, through the page's own controls; ms per sentence, greedy
+    and beam 4 (after one warm-up round)."""
+    choose = "#translator select[aria-label=model]"
+    if page.input_value(choose) != model:
+        page.select_option(choose, model)
+        page.wait_for_function("() => !document.querySelector('.translator-status')"
+                               ".textContent.startsWith('loading')")
+    return page.evaluate("""async ([sentences, repeats]) => {
+        const root = document.getElementById("translator");
+        const input = root.querySelector("input[type=text]");
+        const decoding = root.querySelector("select[aria-label=decoding]");
+        const go = [...root.querySelectorAll("button")].find((b) => b.textContent === "Translate");
+        const output = root.querySelector(".translator-output");
+        const drawn = (selector) => new Promise((resolve) => {
+            const watch = new MutationObserver(() => {
+                if (!output.querySelector(selector)) return;
+                watch.disconnect();
+                resolve(performance.now());
+            });
+            watch.observe(output, { childList: true, subtree: true });
+        });
+        // the first translation offers the explorer; a click opens it (fetching maps.onnx)
+        input.value = sentences[0];
+        let done = drawn(".translator-explore");
+        go.click();
+        await done;
+        done = drawn(".attention-explorer");
+        const started = performance.now();
+        output.querySelector(".translator-explore").click();
+        const open_ms = (await done) - started;
+        const runs = {};
+        for (const k of ["1", "4"]) {
+            decoding.value = k;
+            runs[k] = sentences.map(() => []);
+            for (let r = -1; r < repeats; r++) {  // -1: the warm-up round
+                for (const [i, s] of sentences.entries()) {
+                    input.value = s;
+                    const done = drawn(".attention-explorer"), started = performance.now();
+                    go.click();
+                    const ended = await done;
+                    if (r >= 0) runs[k][i].push(ended - started);
+                }
+            }
+        }
+        return { open_ms, runs };
+    }""", [sentences, repeats])
 
 
 def in_python(folder: Path, sentences: list[str], repeats: int) -> dict:
@@ -132,13 +192,18 @@ def main() -> None:
                      **{f"{where} {'greedy' if k == 1 else 'beam 4'} ms":
                         spread(runs["runs"][str(k) if where == "page" else k][i])
                         for where, runs in [("page", page), ("python", python)]
-                        for k in (1, 4)}})
-    sizes = page["files"]
+                        for k in (1, 4)},
+                     **{f"page click to explorer {'greedy' if k == 1 else 'beam 4'} ms":
+                        spread(page["clicks"]["runs"][str(k)][i]) for k in (1, 4)}})
+    visit, explorer = page["files"], page["explorer_files"]
     write_report(args.out, {
         "model": args.model, "repeats": args.repeats,
-        "first_load": {"files": sizes, "bytes": sum(f["bytes"] for f in sizes.values()),
-                       "gzip_bytes": sum(f["gzip_bytes"] for f in sizes.values()),
+        "first_load": {"files": visit, "bytes": sum(f["bytes"] for f in visit.values()),
+                       "gzip_bytes": sum(f["gzip_bytes"] for f in visit.values()),
                        "model_load_ms": page["load_ms"]},
+        "explorer_open": {"files": explorer,
+                          "gzip_bytes": sum(f["gzip_bytes"] for f in explorer.values()),
+                          "ms": page["clicks"]["open_ms"]},
         "sentences": rows,
     })
     for row in rows:

@@ -173,6 +173,16 @@ def test_page_layout(site, page_path):
 MODELS = HTML / "_static" / "translate" / "models"
 
 
+def _watched(browser):
+    """A new page, with the console errors, page errors and requests it will make."""
+    page = browser.new_page()
+    problems, requests = [], []
+    page.on("console", lambda m: problems.append(m.text) if m.type == "error" else None)
+    page.on("pageerror", lambda e: problems.append(str(e)))
+    page.on("request", lambda r: requests.append(r.url))
+    return page, problems, requests
+
+
 def _drawn(explorer) -> list[tuple[int, int, float]]:
     """(query, key, weight) of each cell of an explorer's main view, from its SVG."""
     return explorer.locator(".explorer-main [data-weight]").evaluate_all(
@@ -203,11 +213,7 @@ def test_the_attention_explorer_draws_pythons_weights_and_follows_its_controls(s
     real = record["sentences"][0]["weights"]
     names = ["encoder.{}.self", "decoder.{}.self", "decoder.{}.cross"]  # the menu's order
     browser, base = site
-    page = browser.new_page()
-    problems, requests = [], []
-    page.on("console", lambda m: problems.append(m.text) if m.type == "error" else None)
-    page.on("pageerror", lambda e: problems.append(str(e)))
-    page.on("request", lambda r: requests.append(r.url))
+    page, problems, requests = _watched(browser)
     page.goto(base + "book/attention_maps.html", wait_until="load")
     explorers = page.locator(".attention-explorer")
     assert explorers.count() == 2
@@ -267,11 +273,7 @@ def test_the_translator_in_the_page_translates_as_python_does(site):
         model, tokenizer, sentences["numbers"], beam_size=1, batch_size=1)
 
     browser, base = site
-    page = browser.new_page()
-    problems, requests = [], []
-    page.on("console", lambda m: problems.append(m.text) if m.type == "error" else None)
-    page.on("pageerror", lambda e: problems.append(str(e)))
-    page.on("request", lambda r: requests.append(r.url))
+    page, problems, requests = _watched(browser)
     page.goto(base + "book/deploy.html", wait_until="load")
     page.wait_for_selector("#translator[data-ready=true]", timeout=60_000)
     got = page.evaluate("""async ([sentences, base]) => {
@@ -320,6 +322,59 @@ def test_the_translator_in_the_page_translates_as_python_does(site):
     page.click("#translator button:text('Translate')")
     page.wait_for_function(f"() => document.querySelector('.translator-translation')"
                            f".textContent === {json.dumps(expected['numbers']['1'][1])}")
+    assert all(url.startswith(base) for url in requests), "a request left the book"
+    assert not problems, problems
+    page.close()
+
+
+def test_the_translators_explorer_draws_every_weight_as_python_does(site):
+    """Under the deploy chapter's translator, the explorer of each model of its menu, on
+    two sentences, opened by its button (which fetches maps.onnx, not fetched before):
+    for every kind and layer, a head chosen with the controls, the weights drawn are
+    onnxruntime's in Python (OnnxTranslator.attention_maps of the same translation,
+    within 1e-4: WebAssembly's float32 against the CPU's); the small multiples show h
+    heads; no request leaves the book; no console error."""
+    if not (MODELS / "numbers" / "model.json").is_file():
+        pytest.skip("the book was built without npm: no in-page translator (make book)")
+    from transformer import OnnxTranslator
+    from transformer.decoding import encode_sources
+
+    names = ["encoder.{}.self", "decoder.{}.self", "decoder.{}.cross"]  # the menu's order
+    browser, base = site
+    page, problems, requests = _watched(browser)
+    labels = {m["folder"]: m["label"]
+              for m in json.loads((MODELS / "index.json").read_text())["models"]}
+    page.goto(base + "book/deploy.html", wait_until="load")
+    page.wait_for_selector("#translator[data-ready=true]", timeout=60_000)
+    assert not any(url.endswith("maps.onnx") for url in requests), "a first visit fetched maps.onnx"
+    for folder in ["multi30k-en-de", "numbers"]:
+        onnx = OnnxTranslator(MODELS / folder)
+        page.select_option("#translator select[aria-label=model]", folder)
+        page.wait_for_function(f"() => document.querySelector('.translator-status')"
+                               f".textContent.startsWith({json.dumps(labels[folder])})")
+        for sentence in onnx.meta["about"]["examples"][:2]:
+            page.fill("#translator input[type=text]", sentence)
+            page.click("#translator button:text('Translate')")
+            page.wait_for_function(f"() => document.querySelector('.translator-output')"
+                                   f".dataset.translation === {json.dumps(onnx.translate([sentence])[0])}")
+            if page.locator(".translator-explore").count():  # the first time: the button
+                page.click(".translator-explore")
+            page.wait_for_selector("#translator .attention-explorer")
+            src = encode_sources(onnx.tokenizer, [sentence], onnx.meta["max_len"])[0]
+            ids, steps = onnx.greedy(src)  # the output, and <eos> where it ended in one
+            maps = onnx.attention_maps(src, [*ids, onnx.meta["eos_id"]][: len(steps)])
+            explorer = page.locator("#translator .attention-explorer")
+            h = onnx.meta["n_heads"]
+            for kind, name in enumerate(names):
+                for layer in range(onnx.meta["n_layers"]):
+                    head = (kind + layer) % h
+                    _choose(explorer, attention=kind, layer=layer + 1, head=head + 1)
+                    expected = maps[name.format(layer)][head]
+                    drawn = _drawn(explorer)
+                    assert len(drawn) == expected.size, (folder, sentence, name, layer)
+                    worst = max(abs(w - expected[q, k]) for q, k, w in drawn)
+                    assert worst < 1e-4, (folder, sentence, name.format(layer), head, worst)
+            assert explorer.locator(".explorer-heads [data-head]").count() == h
     assert all(url.startswith(base) for url in requests), "a request left the book"
     assert not problems, problems
     page.close()

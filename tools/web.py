@@ -1,10 +1,11 @@
 """The deploy chapter's in-page translator, written into the built book (`make book` runs this
 after jupyter-book): _build/html/_static/translate/ gets
 
-- page.js and translate.js, from web/;
+- page.js and translate.js, from web/, and the attention explorer, transformer/explorer.js;
 - vendor/: onnxruntime-web's WebAssembly runtime and tokenizers.js, from web/node_modules
   (`npm ci --prefix web`, pinned by web/package-lock.json);
-- models/NAME/: exported models (encoder.onnx, step.onnx, tokenizer.json, model.json), and
+- models/NAME/: exported models (encoder.onnx, step.onnx, maps.onnx, tokenizer.json,
+  model.json), and
   models/index.json listing them: the committed models of web/models
   (benchmarks/page_model.py writes them; the page opens with the first), then the number
   model of the book (train_once's run, trained when the chapters ran, so here it is read
@@ -68,6 +69,7 @@ def build(html: Path) -> Path:
                     shutil.copy2(modules / package / name, holding / "vendor" / name)
             for name in ("page.js", "translate.js"):
                 shutil.copy2(WEB / name, holding / name)
+            shutil.copy2(ROOT / "transformer" / "explorer.js", holding / "explorer.js")
             models = []  # the committed models first: the page loads the first at once
             for folder in sorted(p for p in (WEB / "models").glob("*") if p.is_dir()):
                 shutil.copytree(folder, holding / "models" / folder.name)

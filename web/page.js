@@ -1,7 +1,9 @@
 // The translator's controls in the page: a model (the book's, or one the reader exports and
 // chooses from disk), a sentence, greedy or beam search; the translation, its time, the
-// beam's finished hypotheses and the encoder-decoder attention map of the output.
+// beam's finished hypotheses, the encoder-decoder attention map of the output and, for a
+// model exported with maps.onnx, the explorer of every head (explorer.js, the package's).
 import { Translator } from "./translate.js";
+import "./explorer.js"; // defines window.renderAttentionExplorer
 
 // matplotlib's "Blues", which the book's attention maps use (0 white, 1 dark blue)
 const BLUES = ["#f7fbff", "#deebf7", "#c6dbef", "#9ecae1", "#6baed6", "#4292c6", "#2171b5",
@@ -42,12 +44,26 @@ export function attentionMap(result, heads) {
     `Encoder-decoder attention of the last decoder layer, the mean of its ${heads} heads: a row per output token, a column per source token.`));
 }
 
+// The explorer's data (attention_maps.AttentionExplorer's): each kind's queries, keys and
+// weights, the decoder's keys being the tokens it reads, <bos> first.
+export function explorer(result, maps, heads) {
+  const [encoder, decoder, cross] = maps, reads = ["<bos>", ...result.output.slice(0, -1)];
+  const kinds = [["encoder self-attention", result.source, result.source, encoder],
+    ["decoder self-attention", result.output, reads, decoder],
+    ["encoder-decoder attention", result.output, result.source, cross]];
+  const data = { heads, kinds: kinds.map(([name, queries, keys, layers]) => ({ name, queries, keys, layers })) };
+  const root = element("div", { class: "attention-explorer" });
+  window.renderAttentionExplorer(root, data);
+  return element("figure", { style: "margin: 1em 0 0" }, element("figcaption", {},
+    "Every head of every layer, on this translation: choose the attention, the layer and the head (or their mean); hover over a query."), root);
+}
+
 export async function mount(root) {
   const base = new URL(root.dataset.models, document.baseURI);
   const index = await (await fetch(new URL("index.json", base))).json();
   const choose = element("select", { "aria-label": "model" },
     ...index.models.map((m) => element("option", { value: m.folder }, m.label)),
-    element("option", { value: "" }, "your own exported model (choose its four files)…"));
+    element("option", { value: "" }, "your own exported model (choose its files)…"));
   const files = element("input", { type: "file", multiple: "", accept: ".onnx,.json", hidden: "" });
   const input = element("input", { type: "text", "aria-label": "sentence", style: "width: min(100%, 32em)" });
   const decoding = element("select", { "aria-label": "decoding" },
@@ -62,6 +78,7 @@ export async function mount(root) {
   let translator = null;
   async function load(promise, about) {
     go.disabled = true;
+    output.replaceChildren(); // the last model's translation and explorer
     status.textContent = `loading ${about}…`;
     try {
       const started = performance.now();
@@ -82,6 +99,30 @@ export async function mount(root) {
     }
   }
 
+  // the explorer of every head, once the reader has asked for it (its graph, maps.onnx,
+  // is fetched then: a first visit does not download it); before, the button that asks
+  let exploring = false;
+  async function explorerOf(result) {
+    if (!exploring) {
+      const ask = element("button", { type: "button", class: "translator-explore" },
+        "Explore every head of every layer");
+      ask.addEventListener("click", async () => {
+        exploring = ask.disabled = true;
+        ask.textContent = "loading maps.onnx…";
+        try {
+          ask.replaceWith(await explorerOf(result));
+        } catch (error) {
+          exploring = false;
+          ask.replaceWith(`could not load maps.onnx: ${error.message}`);
+        }
+      });
+      return element("p", {}, ask);
+    }
+    const maps = await translator.attentionMaps(result.ids.src, result.ids.output);
+    return maps ? explorer(result, maps, translator.meta.n_heads) : element("p", {},
+      "This model's folder has no maps.onnx: export it again (python -m transformer export) to explore every head.");
+  }
+
   async function run() {
     if (!translator) return;
     go.disabled = true;
@@ -94,7 +135,7 @@ export async function mount(root) {
         parts.push(element("ol", { class: "translator-beam" }, ...result.finished.map((f) =>
           element("li", {}, `${f.text} (log P / lp = ${f.score.toFixed(3)})`))));
       }
-      parts.push(attentionMap(result, translator.meta.n_heads));
+      parts.push(attentionMap(result, translator.meta.n_heads), await explorerOf(result));
       output.replaceChildren(...parts);
       output.dataset.translation = result.text;
     } catch (error) {

@@ -9,6 +9,8 @@ ort.env.wasm.wasmPaths = new URL("./vendor/", import.meta.url).href;
 ort.env.wasm.numThreads = 1; // threads need cross-origin isolation, which static hosts lack
 
 const FILES = ["model.json", "tokenizer.json", "encoder.onnx", "step.onnx"];
+const MAPS = "maps.onnx"; // every attention weight, teacher-forced: the explorer's
+const OPTIONS = { executionProviders: ["wasm"], graphOptimizationLevel: "all" };
 const f32 = Math.fround;
 
 function int64(values, dims) {
@@ -50,28 +52,38 @@ function largest(values, n) {
 const descending = (x, y) => (y > x) - (y < x); // -Infinity ties stay in order
 
 export class Translator {
-  constructor(meta, tokenizer, encoder, step) {
-    Object.assign(this, { meta, tokenizer, encoder, step });
+  constructor(meta, tokenizer, encoder, step, read) {
+    Object.assign(this, { meta, tokenizer, encoder, step, read, maps: undefined });
   }
 
-  // read: a function from a file name to its content (JSON parsed, or bytes), from a URL
-  // fetch or from a File the reader chose; the four files of an exported model.
+  // read: a function from a file name to its content (JSON parsed, or bytes, or null for
+  // maps.onnx where it is missing), from a URL fetch or from a File the reader chose. The
+  // four files now; maps.onnx when the explorer first asks for it (loadMaps).
   static async load(read) {
     const [meta, tokenizerJson, encoder, step] = await Promise.all(FILES.map(read));
     if (meta.format !== "transformer-onnx-1") {
       throw new Error(`model.json has format ${JSON.stringify(meta.format)}; expected ` +
         '"transformer-onnx-1" (python -m transformer export writes it)');
     }
-    const options = { executionProviders: ["wasm"], graphOptimizationLevel: "all" };
     const sessions = await Promise.all([encoder, step].map(
-      (bytes) => ort.InferenceSession.create(bytes, options)));
+      (bytes) => ort.InferenceSession.create(bytes, OPTIONS)));
     const tokenizer = new Tokenizer(tokenizerJson, {});
-    return new Translator(meta, tokenizer, ...sessions);
+    return new Translator(meta, tokenizer, ...sessions, read);
+  }
+
+  async loadMaps() {
+    // the maps graph's session, read and started once; null for a folder without it
+    if (this.maps === undefined) {
+      const bytes = await this.read(MAPS);
+      this.maps = bytes && await ort.InferenceSession.create(bytes, OPTIONS);
+    }
+    return this.maps;
   }
 
   static fromUrl(base) {
     return Translator.load(async (name) => {
       const response = await fetch(new URL(name, base));
+      if (name === MAPS && response.status === 404) return null;
       if (!response.ok) throw new Error(`${name}: HTTP ${response.status}`);
       return name.endsWith(".json") ? response.json() : new Uint8Array(await response.arrayBuffer());
     });
@@ -81,10 +93,12 @@ export class Translator {
     const files = new Map(Array.from(fileList, (file) => [file.name, file]));
     const missing = FILES.filter((name) => !files.has(name));
     if (missing.length) {
-      throw new Error(`choose the four files of an exported model; missing: ${missing.join(", ")}`);
+      throw new Error(`choose the four files of an exported model (and maps.onnx, to explore ` +
+        `every head); missing: ${missing.join(", ")}`);
     }
     return Translator.load(async (name) => {
       const file = files.get(name);
+      if (!file) return null; // maps.onnx, which older exports lack
       return name.endsWith(".json") ? JSON.parse(await file.text()) : new Uint8Array(await file.arrayBuffer());
     });
   }
@@ -187,9 +201,29 @@ export class Translator {
     return { ids: finished[0].ids, weights: done[0].weights, finished };
   }
 
+  async attentionMaps(src, output) {
+    // OnnxTranslator.attention_maps: the model reads the source ids and, teacher-forced,
+    // the output ids (ending in <eos>); for each of maps_outputs (encoder self-, decoder
+    // self- and encoder-decoder attention), its layers' heads' rows of weights; null
+    // without maps.onnx
+    if (!(await this.loadMaps())) return null;
+    const m = this.meta, tgt = [m.bos_id, ...output.slice(0, -1)];
+    const out = await this.maps.run({ src: int64(src, [1, src.length]),
+      tgt: int64(tgt, [1, tgt.length]) });
+    return m.maps_outputs.map((name) => {
+      const { data, dims: [, layers, heads, queries, keys] } = out[name];
+      return Array.from({ length: layers }, (_, l) => Array.from({ length: heads }, (_, h) =>
+        Array.from({ length: queries }, (_, q) => {
+          const start = ((l * heads + h) * queries + q) * keys;
+          return Array.from(data.subarray(start, start + keys));
+        })));
+    });
+  }
+
   async translate(text, beam = 1, alpha = 0.6) {
-    // the translation of one sentence, its tokens both sides, the mean of the last
-    // layer's heads for each output step (rows: output tokens and <eos>), and the time
+    // the translation of one sentence, its tokens both sides (and their ids, for
+    // attentionMaps), the mean of the last layer's heads for each output step (rows:
+    // output tokens and <eos>), and the time
     const started = performance.now();
     const src = this.encode(text);
     const result = beam === 1 ? await this.greedy(src) : await this.beam(src, beam, alpha);
@@ -199,11 +233,11 @@ export class Translator {
       for (let head = 0; head < h; head++) sum += w[head * n + j];
       return sum / h;
     }));
+    const output = [...result.ids, this.meta.eos_id].slice(0, map.length);
     return {
       text: this.decode(result.ids), ms: performance.now() - started,
-      source: this.tokens(src),
-      output: this.tokens([...result.ids, this.meta.eos_id]).slice(0, map.length),
-      map, finished: result.finished?.map((f) => ({ text: this.decode(f.ids), score: f.score })),
+      source: this.tokens(src), output: this.tokens(output), map, ids: { src, output },
+      finished: result.finished?.map((f) => ({ text: this.decode(f.ids), score: f.score })),
     };
   }
 }
