@@ -1,13 +1,14 @@
 """A trained run as a model of the in-page translator: its final model exported as ONNX with
 float32 and with int8 weights, each scored on the test split as the page runs it
 (onnxruntime, OnnxTranslator's greedy decoding and beam search), beside PyTorch's translate
-of the same checkpoint; the int8 folder then goes to web/models/NAME, which tools/web.py
-puts into the built book. Those files are committed (a few MB): the book's build cannot make
-them, as it has neither the corpus nor the hour of training.
+of the same checkpoint, and its maps.onnx (the explorer's weights) compared with PyTorch's
+attention_weights on the first test sentences; the int8 folder then goes to
+web/models/NAME, which tools/web.py puts into the built book. Those files are committed (a
+few MB): the book's build cannot make them, as it has neither the corpus nor the training.
 
-    python benchmarks/page_model.py --run runs/lc/cli-0 --data ../shared/data/multi30k \\
+    python benchmarks/page_model.py --run runs/gpu/lc/cli-0 --data ../shared/data/multi30k \\
         --src en --tgt de --name multi30k-en-de \\
-        --label "Multi30k, English to German (tiny preset, an hour on a CPU; int8)" \\
+        --label "Multi30k, English to German (tiny preset, lowercased, the GPU recipe; int8)" \\
         --out benchmarks/results/page_model_multi30k_en_de.json
 """
 
@@ -19,6 +20,8 @@ import sys
 import tempfile
 from pathlib import Path
 
+import numpy as np
+import torch
 from report import REPO, write_report
 
 sys.path.insert(0, str(REPO))
@@ -30,13 +33,31 @@ from transformer import (  # noqa: E402
     load_model,
     translate,
 )
+from transformer.attention_maps import attention_weights  # noqa: E402
 from transformer.data import lowercases  # noqa: E402
+from transformer.decoding import encode_sources  # noqa: E402
 from transformer.evaluation import corpus_bleu, tokenized_bleu  # noqa: E402
 
 
 def scores(hypotheses: list[str], references: list[str], lowercase: bool, lang: str) -> dict:
     return {"bleu": corpus_bleu(hypotheses, references, lowercase)[0],
             "tokenized_bleu": tokenized_bleu(hypotheses, references, lang)[0]}
+
+
+def maps_difference(model, translator: OnnxTranslator, sources: list[str]) -> dict:
+    """The largest difference, over every weight of every layer, head and kind, between
+    the exported maps.onnx and PyTorch's attention_weights, each reading a sentence and its
+    greedy translation (the translator's)."""
+    worst = {}
+    for src in encode_sources(translator.tokenizer, sources, translator.meta["max_len"]):
+        ids, steps = translator.greedy(src)
+        output = [*ids, translator.meta["eos_id"]][: len(steps)]
+        maps = translator.attention_maps(src, output)
+        tgt = torch.tensor([[translator.meta["bos_id"], *output[:-1]]])
+        for key, w in attention_weights(model, torch.tensor([src]), tgt).items():
+            difference = float(np.abs(maps[key] - w[0].numpy()).max())
+            worst[key] = max(worst.get(key, 0.0), difference)
+    return {"sentences": len(sources), "max_abs": max(worst.values()), "by_layer": worst}
 
 
 def main() -> None:
@@ -80,6 +101,7 @@ def main() -> None:
                                               lowercase, args.tgt)
                 variant[f"beam {k}"]["same_as_torch"] = sum(
                     a == b for a, b in zip(outputs[(weights, k)], outputs[("torch", k)]))
+            variant["maps_vs_torch"] = maps_difference(model, translator, sources[:20])
             results["variants"][weights] = variant
             print(weights, {k: v for k, v in variant.items() if k != "megabytes"},
                   flush=True)
