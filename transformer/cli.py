@@ -563,8 +563,8 @@ def _add_export(commands: argparse._SubParsersAction) -> None:
     export.add_argument("--overwrite", action="store_true",
                         help="replace --out if it exists (otherwise refused)")
     export.add_argument("--int8", action="store_true",
-                        help="store the MatMul weights as int8 (onnxruntime's dynamic "
-                        "quantization): smaller files, slightly different outputs")
+                        help="store the weight matrices as int8, computed in float32: "
+                        "files a quarter the size, slightly different outputs")
 
 
 def _export(args: argparse.Namespace) -> int:

@@ -163,27 +163,55 @@ def _export(module, args, path, input_names, output_names, dynamic_shapes) -> No
     _check_dynamic(path, {name: list(axes) for name, axes in zip(input_names, flat)})
 
 
+def int8_weights(w: np.ndarray, axis: int) -> tuple[np.ndarray, np.ndarray]:
+    """int8 integers q and float32 scales s with w ≈ q * s: one scale per slice of `w`
+    along `axis` (the axis the maximum runs over), the largest |w| of it mapped to 127."""
+    scale = np.abs(w).max(axis=axis, keepdims=True) / 127
+    scale[scale == 0] = 1  # an all-zero slice
+    return np.round(w / scale).astype(np.int8), scale.astype(np.float32)
+
+
 def quantize_int8(path: Path) -> None:
-    """Replace the ONNX graph at `path` by one with int8 MatMul weights (onnxruntime's
-    dynamic quantization of the constant-folded graph)."""
+    """Replace the ONNX graph at `path` by one that stores each float32 matrix multiplied
+    by MatMul (one scale per output column) or read by Gather (one per row) as int8 and
+    rebuilds it in float32 as the graph loads (see int8_weights)."""
+    import onnx
     import onnxruntime
-    from onnxruntime.quantization import QuantType, quantize_dynamic
+    from onnx import TensorProto, helper, numpy_helper
 
     folded = path.with_name(f"{path.stem}.folded.onnx")
     options = onnxruntime.SessionOptions()
     level = onnxruntime.GraphOptimizationLevel.ORT_ENABLE_BASIC  # standard operators
     options.graph_optimization_level = level
     options.optimized_model_filepath = str(folded)
-    quiet = logging.getLogger()  # the quantizer advises on the root logger
-    was = quiet.level
     try:
         onnxruntime.InferenceSession(str(path), options,
                                      providers=["CPUExecutionProvider"])
-        quiet.setLevel(logging.ERROR)
-        quantize_dynamic(folded, path, weight_type=QuantType.QInt8)
+        proto = onnx.load(str(folded))
     finally:
-        quiet.setLevel(was)
         folded.unlink(missing_ok=True)
+    graph, uses = proto.graph, {}
+    for node in graph.node:
+        for index, name in enumerate(node.input):
+            uses.setdefault(name, set()).add((node.op_type, index))
+    axes = {frozenset({("MatMul", 1)}): 0, frozenset({("Gather", 0)}): 1}
+    rebuild = []
+    for weight in list(graph.initializer):
+        w, name = numpy_helper.to_array(weight), weight.name
+        axis = axes.get(frozenset(uses.get(name, ())))
+        if axis is None or w.ndim != 2 or w.dtype != np.float32:
+            continue
+        q, scale = int8_weights(w, axis)
+        graph.initializer.remove(weight)
+        graph.initializer.extend([numpy_helper.from_array(q, f"{name}.int8"),
+                                  numpy_helper.from_array(scale, f"{name}.scale")])
+        rebuild += [helper.make_node("Cast", [f"{name}.int8"], [f"{name}.float"],
+                                     to=TensorProto.FLOAT),
+                    helper.make_node("Mul", [f"{name}.float", f"{name}.scale"], [name])]
+    nodes = [*rebuild, *graph.node]
+    del graph.node[:]
+    graph.node.extend(nodes)
+    onnx.save(proto, str(path))
 
 
 def export_onnx(
@@ -363,6 +391,7 @@ __all__ = [
     'EncoderGraph',
     'StepGraph',
     'MapsGraph',
+    'int8_weights',
     'quantize_int8',
     'export_onnx',
     'OnnxTranslator',
