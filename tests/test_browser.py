@@ -61,7 +61,11 @@ def chromium():
     from playwright.sync_api import sync_playwright
 
     with sync_playwright() as playwright:
-        browser = playwright.chromium.launch(executable_path=executable, args=["--no-sandbox"])
+        browser = playwright.chromium.launch(executable_path=executable, args=[
+            "--no-sandbox",  # as root, in CI
+            # no connections of its own: a machine without a network refuses them
+            "--disable-background-networking", "--disable-component-update",
+            "--disable-sync", "--no-first-run"])
         yield browser
         browser.close()
 

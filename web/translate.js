@@ -71,12 +71,13 @@ export class Translator {
     return new Translator(meta, tokenizer, ...sessions, read);
   }
 
-  async loadMaps() {
-    // the maps graph's session, read and started once; null for a folder without it
-    if (this.maps === undefined) {
+  loadMaps() {
+    // the maps graph's session, read and started once (two calls before it is ready share
+    // one fetch); null for a folder without it; a failed load may be tried again
+    this.maps ??= (async () => {
       const bytes = await this.read(MAPS);
-      this.maps = bytes && await ort.InferenceSession.create(bytes, OPTIONS);
-    }
+      return bytes && ort.InferenceSession.create(bytes, OPTIONS);
+    })().catch((error) => { this.maps = undefined; throw error; });
     return this.maps;
   }
 
@@ -206,9 +207,10 @@ export class Translator {
     // the output ids (ending in <eos>); for each of maps_outputs (encoder self-, decoder
     // self- and encoder-decoder attention), its layers' heads' rows of weights; null
     // without maps.onnx
-    if (!(await this.loadMaps())) return null;
+    const maps = await this.loadMaps();
+    if (!maps) return null;
     const m = this.meta, tgt = [m.bos_id, ...output.slice(0, -1)];
-    const out = await this.maps.run({ src: int64(src, [1, src.length]),
+    const out = await maps.run({ src: int64(src, [1, src.length]),
       tgt: int64(tgt, [1, tgt.length]) });
     return m.maps_outputs.map((name) => {
       const { data, dims: [, layers, heads, queries, keys] } = out[name];
