@@ -164,17 +164,17 @@ def _export(module, args, path, input_names, output_names, dynamic_shapes) -> No
 
 
 def int8_weights(w: np.ndarray, axis: int) -> tuple[np.ndarray, np.ndarray]:
-    """int8 integers q and float32 scales s with w ≈ q * s: one scale per slice of `w`
-    along `axis` (the axis the maximum runs over), the largest |w| of it mapped to 127."""
+    """int8 integers q and float32 scales s with w ≈ q * s: a scale per slice of `w`
+    along `axis` (the axis the maximum runs over), its largest |w| mapped to 127."""
     scale = np.abs(w).max(axis=axis, keepdims=True) / 127
     scale[scale == 0] = 1  # an all-zero slice
     return np.round(w / scale).astype(np.int8), scale.astype(np.float32)
 
 
 def quantize_int8(path: Path) -> None:
-    """Replace the ONNX graph at `path` by one that stores each float32 matrix multiplied
-    by MatMul (one scale per output column) or read by Gather (one per row) as int8 and
-    rebuilds it in float32 as the graph loads (see int8_weights)."""
+    """Replace the ONNX graph at `path` by one that stores each float32 matrix that
+    MatMul multiplies by (a scale per output column) or Gather reads (one per row) as
+    int8, rebuilt in float32 as the graph loads (see int8_weights)."""
     import onnx
     import onnxruntime
     from onnx import TensorProto, helper, numpy_helper
