@@ -16,6 +16,7 @@ comments and the README's rendered record blocks.
 from __future__ import annotations
 
 import ast
+import json
 import re
 import sys
 import tomllib
@@ -232,3 +233,58 @@ def test_no_chapter_glues_a_literal():
              for cell in jupytext.read(chapter).cells if cell.cell_type == "code"
              for call in literal_glues(cell.source)]
     assert not typed, f"glued values typed by hand: {typed}"
+
+
+RESULTS = ROOT / "benchmarks" / "results"
+RECORD = re.compile(r"[\w*-]+\.json")
+
+
+def made_at_a_commit(name: str) -> bool:
+    """Whether a record names the commit that made it (report.py's `git`, or the commit
+    a fresh-clone record cloned)."""
+    record = json.loads((RESULTS / name).read_text())
+    return bool((record.get("git") or {}).get("commit") or record.get("cloned_commit"))
+
+
+def unmarked_history(text: str) -> list[tuple[int, str]]:
+    """(line, record) for each record without a commit that the document reads or names
+    outside a passage marked history: a section whose headings or text say "history", or
+    a paragraph that says it and names the record."""
+    lines, fence, headings, found = text.splitlines(), None, [], []
+    starts = [i for i, line in enumerate(lines) if re.match(r"#{1,6} ", line)]
+    paragraphs = re.split(r"\n\s*\n", text)
+    for i, line in enumerate(lines):
+        if fence is None and (opening := re.match(r"(`{3,}|~{3,})", line)):
+            fence = opening[1]
+        elif fence is not None and line.strip() == fence:
+            fence = None
+        elif fence is None and (heading := re.match(r"(#{1,6}) (.*)", line)):
+            level = len(heading[1])
+            headings = [h for h in headings if h[0] < level] + [(level, heading[2], i)]
+        for name in RECORD.findall(line):
+            if "*" in name or not (RESULTS / name).is_file() or made_at_a_commit(name):
+                continue
+            start = headings[-1][2] if headings else 0
+            end = next((s for s in starts if s > start), len(lines))
+            section = " ".join(h[1] for h in headings) + "\n".join(lines[start:end])
+            named = any("history" in p.lower() and name in p for p in paragraphs)
+            if "history" not in section.lower() and not named:
+                found.append((i + 1, name))
+    return found
+
+
+def test_a_record_without_a_commit_is_marked_history():
+    text = "# Results\n\n```python\nload('decoding_cpu.json')\n```\n"
+    assert unmarked_history(text) == [(4, "decoding_cpu.json")]
+    assert not unmarked_history("# Results (history)\n\n`decoding_cpu.json`\n")
+    assert not unmarked_history("*History: `decoding_cpu.json`.*\n\n## Later\n\n"
+                                "`decoding_cpu.json`\n")
+    assert not unmarked_history("# Results\n\n`trainer_step_cpu_tiny.json`\n")
+
+
+def test_every_record_shown_without_a_commit_is_marked_history():
+    """Issue 51: a figure shown as current comes from a record made at a commit; the
+    older ones stay in passages marked history."""
+    unmarked = [f"{path.name}:{line}: {name}" for path in documents()
+                for line, name in unmarked_history(path.read_text())]
+    assert not unmarked, f"records without a commit, not marked history: {unmarked}"

@@ -258,7 +258,8 @@ def test_ddp_processes_cool_down_by_rank_0s_clock(tiny_corpus, tmp_path):
     """A cool-down over time: each process's own clock would give each replica its own
     rate, and the replicas would drift apart."""
     out = tmp_path / "ddp"
-    overrides = {"max_steps": 10_000, "max_minutes": 0.002, "cooldown": 0.99, "log_every": 2}
+    # 0.6 s: several of rank 0's broadcasts (every log_every steps), even on a loaded CPU
+    overrides = {"max_steps": 10_000, "max_minutes": 0.01, "cooldown": 0.99, "log_every": 2}
     mp.spawn(_ddp_worker, args=(2, _free_port(), str(tiny_corpus), str(out), overrides), nprocs=2, join=True)
     rank0, rank1 = torch.load(out / "rank0.pt"), torch.load(out / "rank1.pt")
     for name in rank0:

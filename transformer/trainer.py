@@ -347,26 +347,23 @@ class Trainer:
             keep_freed_memory()
         torch.manual_seed(config.seed + self.rank)  # other dropout masks on each rank
         if optimizer is None:
-            optimizer, schedule = make_optimizer(
-                model, model.config.d_model, config.warmup_steps, config.lr_scale
-            )
+            optimizer, schedule = make_optimizer(model, model.config.d_model,
+                                                 config.warmup_steps, config.lr_scale)
         self.optimizer, self.schedule = optimizer, schedule
+        self.step, self.rate_factor = 0, 1.0  # rate_factor: set by fit's cool-down
         self.dtype = autocast_dtype(config.precision, self.device)
-        fp16 = self.dtype == torch.float16
-        self.scaler = torch.amp.GradScaler(self.device.type, enabled=fp16)
-        cuda = self.device.type == "cuda"
-        self.compile = cuda if config.compile is None else config.compile
+        self.scaler = torch.amp.GradScaler(self.device.type,
+                                           enabled=self.dtype == torch.float16)
+        self.compile = config.compile
+        if self.compile is None:  # compiled on a GPU, by default
+            self.compile = self.device.type == "cuda"
         pad_multiple = config.pad_multiple or (8 if self.compile else 1)
         sampler = rank_sampler(data.train.lengths(), config, self.rank, self.world_size,
                                pad_multiple)
         self.batches = TrainBatches(data.train, sampler, config.prefetch, self.device)
-        self.step = 0
-        self.rate_factor = 1.0  # the cool-down's multiplier of the rate (fit sets it)
         self.network = data_parallel(self.model, self.device, self.world_size)
-        self.forward_loss = self._loss
-        if self.compile:
-            self.forward_loss = torch.compile(self._loss, options=compile_options(
-                config, self.device, self.world_size))
+        self.forward_loss = self._loss if not self.compile else torch.compile(
+            self._loss, options=compile_options(config, self.device, self.world_size))
 
     @classmethod
     def from_config(
@@ -374,9 +371,8 @@ class Trainer:
         state: dict | None = None, overwrite: bool = False,
         resumed_from: Path | None = None,
     ) -> Trainer:
-        """Check the output folder, prepare the data, build the model (vocabulary from
-        the tokenizer), and a Trainer. resumed_from: the folder of the checkpoint
-        `state`."""
+        """Check the output folder, prepare the data, build the model (its vocabulary
+        the tokenizer's) and a Trainer. resumed_from: the folder of `state`."""
         own = resumed_from is not None and resumed_from.resolve() == Path(out).resolve()
         if init_distributed(pick_device(config.device))[0] == 0:  # rank 0 writes
             check_output_folder(Path(out), own, overwrite)
@@ -397,32 +393,26 @@ class Trainer:
         in its folder or in `out`."""
         state, path = training_checkpoint(path)
         config = replace(TrainingConfig(**state["training_config"]), **overrides)
-        model_config = TransformerConfig(**state["model_config"])
-        out = out or path.parent
-        return cls.from_config(model_config, config, out, state, overwrite, path.parent)
+        return cls.from_config(TransformerConfig(**state["model_config"]), config,
+                               out or path.parent, state, overwrite, path.parent)
 
-    def _loss(
-        self, src: Tensor, tgt_in: Tensor, tgt_out: Tensor,
-        segments: tuple[Tensor, Tensor] | None = None,
-    ) -> Tensor:
-        """The summed label-smoothed loss of one batch (what torch.compile compiles);
-        segments: those of packed rows. Compiled, the loss is fused by the compiler;
-        otherwise output_loss computes it without the logits (on the logits under
-        reference_paths)."""
+    def _loss(self, src: Tensor, tgt_in: Tensor, tgt_out: Tensor,
+              segments: tuple[Tensor, Tensor] | None = None) -> Tensor:
+        """The summed label-smoothed loss of a batch (what torch.compile compiles):
+        from the logits if compiled or under reference_paths, else from the decoder's
+        output without them (output_loss)."""
         epsilon = self.config.label_smoothing
         logits = self.compile or not FastPaths.enabled
         with autocast(self.device, self.dtype):
-            out = self.network(
-                src, tgt_in, check_ids=False, segments=segments, project=logits
-            )
+            out = self.network(src, tgt_in, check_ids=False, segments=segments,
+                               project=logits)
             if logits:
                 return label_smoothed_loss(out, tgt_out, epsilon)
             return output_loss(out, self.model.output.linear.weight, tgt_out, epsilon)
 
     def train_step(self) -> tuple[Tensor, int]:
-        """One update. Returns this process's summed label-smoothed loss, a tensor left
-        on the device (reading it would make the host wait), and its number of target
-        tokens."""
+        """One update. Returns this process's summed loss, a tensor left on the device
+        (reading it would make the host wait), and its number of target tokens."""
         self.network.train()
         batches = [self.batches.next() for _ in range(self.config.accumulate)]
         n_tokens = sum(batch.n_tokens for batch in batches)
@@ -447,8 +437,7 @@ class Trainer:
         return loss_sum, n_tokens
 
     def save(self) -> Path:
-        """Write checkpoint-STEP.pt in the output folder; keep the newest
-        keep_checkpoints."""
+        """Write checkpoint-STEP.pt in `out`; keep the newest keep_checkpoints."""
         state = training_state(self)
         path = self.out / f"checkpoint-{self.step:08d}.pt"
         if self.rank == 0:
@@ -472,10 +461,9 @@ class Trainer:
         """Train until max_steps, max_minutes or a signal; returns the last metrics.
         After SIGINT or SIGTERM it stops after the current step with a checkpoint, and
         the result has "interrupted": the signal's number."""
-        config = self.config
+        config, metrics = self.config, {}
         clock = Clock(config, self.world_size, self.device)
         window = LossWindow(self.device)
-        metrics: dict[str, float] = {}
         show = progress and self.rank == 0
         with holding_folder(self):
             with progress_bar(config.max_steps, self.step, show) as shown, \
@@ -489,7 +477,6 @@ class Trainer:
                         clock.checkpointed()
                     done = clock.done(self.step)
                     self.rate_factor = cooldown_factor(done, config.cooldown)
-                    # the rate of this step
                     rate = self.rate_factor * self.schedule.get_last_lr()[0]
                     window.add(*self.train_step())
                     shown(None)
