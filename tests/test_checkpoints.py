@@ -20,6 +20,8 @@ from transformer import (
     save_checkpoint,
 )
 from transformer.checkpoints import (
+    checkpoint_path,
+    keep_newest_checkpoints,
     newest_checkpoints,
     training_checkpoint,
     write_atomically,
@@ -160,3 +162,17 @@ def test_newest_checkpoints_sort_by_step_and_a_folder_resumes_from_its_newest(tm
     empty.mkdir()
     with pytest.raises(FileNotFoundError, match=f"no checkpoint-\\*.pt in {empty}"):
         training_checkpoint(empty)
+
+
+def test_a_run_keeps_its_newest_checkpoints_by_step_and_nothing_else_is_deleted(tmp_path):
+    assert checkpoint_path(tmp_path, 1200) == tmp_path / "checkpoint-00001200.pt"
+    for step in (900, 10, 1200, 99):
+        checkpoint_path(tmp_path, step).write_bytes(b"")
+    (tmp_path / "checkpoint_average.pt").write_bytes(b"")
+    (tmp_path / "metrics.jsonl").write_text("")
+    keep_newest_checkpoints(tmp_path, 2)
+    assert sorted(p.name for p in tmp_path.iterdir()) == [
+        "checkpoint-00000900.pt", "checkpoint-00001200.pt", "checkpoint_average.pt",
+        "metrics.jsonl"]
+    keep_newest_checkpoints(tmp_path, 5)  # fewer than n: all stay
+    assert len(newest_checkpoints(tmp_path)) == 2

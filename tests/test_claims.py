@@ -16,6 +16,7 @@ comments and the README's rendered record blocks.
 from __future__ import annotations
 
 import ast
+import functools
 import json
 import re
 import sys
@@ -239,6 +240,7 @@ RESULTS = ROOT / "benchmarks" / "results"
 RECORD = re.compile(r"[\w*-]+\.json")
 
 
+@functools.cache
 def made_at_a_commit(name: str) -> bool:
     """Whether a record names the commit that made it (report.py's `git`, or the commit
     a fresh-clone record cloned)."""
@@ -248,28 +250,32 @@ def made_at_a_commit(name: str) -> bool:
 
 def unmarked_history(text: str) -> list[tuple[int, str]]:
     """(line, record) for each record without a commit that the document reads or names
-    outside a passage marked history: a section whose headings or text say "history", or
-    a paragraph that says it and names the record."""
-    lines, fence, headings, found = text.splitlines(), None, [], []
-    starts = [i for i, line in enumerate(lines) if re.match(r"#{1,6} ", line)]
-    paragraphs = re.split(r"\n\s*\n", text)
-    for i, line in enumerate(lines):
+    (a glob: each record it matches) outside a passage marked history: a section whose
+    headings say "(history)" or that opens a line with "*History", or a paragraph that
+    says "history" itself."""
+    lines, fence, heading_at = text.splitlines(), None, {}
+    for i, line in enumerate(lines):  # the headings, not a comment in a code cell
         if fence is None and (opening := re.match(r"(`{3,}|~{3,})", line)):
             fence = opening[1]
         elif fence is not None and line.strip() == fence:
             fence = None
         elif fence is None and (heading := re.match(r"(#{1,6}) (.*)", line)):
-            level = len(heading[1])
-            headings = [h for h in headings if h[0] < level] + [(level, heading[2], i)]
-        for name in RECORD.findall(line):
-            if "*" in name or not (RESULTS / name).is_file() or made_at_a_commit(name):
-                continue
-            start = headings[-1][2] if headings else 0
-            end = next((s for s in starts if s > start), len(lines))
-            section = " ".join(h[1] for h in headings) + "\n".join(lines[start:end])
-            named = any("history" in p.lower() and name in p for p in paragraphs)
-            if "history" not in section.lower() and not named:
-                found.append((i + 1, name))
+            heading_at[i] = len(heading[1]), heading[2], i
+    starts, headings, found = sorted(heading_at), [], []
+    for i, line in enumerate(lines):
+        if i in heading_at:
+            level = heading_at[i][0]
+            headings = [h for h in headings if h[0] < level] + [heading_at[i]]
+        start = headings[-1][2] if headings else 0
+        end = next((s for s in starts if s > start), len(lines))
+        first = next((j for j in range(i, start, -1) if not lines[j - 1].strip()), start)
+        last = next((j for j in range(i, end) if not lines[j].strip()), end)
+        marked = (any("history" in h[1].lower() for h in headings)
+                  or any(x.startswith("*History") for x in lines[start:end])
+                  or "history" in " ".join(lines[first:last]).lower())
+        names = {r.name for n in RECORD.findall(line) for r in RESULTS.glob(n)}
+        found += [(i + 1, n) for n in sorted(names)
+                  if not marked and not made_at_a_commit(n)]
     return found
 
 
@@ -277,8 +283,14 @@ def test_a_record_without_a_commit_is_marked_history():
     text = "# Results\n\n```python\nload('decoding_cpu.json')\n```\n"
     assert unmarked_history(text) == [(4, "decoding_cpu.json")]
     assert not unmarked_history("# Results (history)\n\n`decoding_cpu.json`\n")
-    assert not unmarked_history("*History: `decoding_cpu.json`.*\n\n## Later\n\n"
+    assert not unmarked_history("# Results\n\n*History: the records below.*\n\n"
                                 "`decoding_cpu.json`\n")
+    assert not unmarked_history("# Results\n\nA run of old (history):\n`decoding_cpu.json`\n")
+    # the mark holds in its own section, or paragraph, only
+    assert unmarked_history("*History: `decoding_cpu.json`.*\n\n## Later\n\n"
+                            "`decoding_cpu.json`\n") == [(5, "decoding_cpu.json")]
+    globbed = unmarked_history("# Speed\n\n`multi30k_gpu_*.json`\n")
+    assert (3, "multi30k_gpu_tiny.json") in globbed
     assert not unmarked_history("# Results\n\n`trainer_step_cpu_tiny.json`\n")
 
 

@@ -15,6 +15,7 @@ from transformer.runs import (
     cooldown_factor,
     deferred_signals,
     forget_metrics_after,
+    run_log,
     scaled_rates,
 )
 from transformer.trainer import TrainingConfig
@@ -70,6 +71,26 @@ def test_metrics_are_appended_one_json_line_a_record(tmp_path):
     append_metrics(tmp_path / "run", {"step": 2, "loss": 2.0})
     lines = (tmp_path / "run" / "metrics.jsonl").read_text().splitlines()
     assert [json.loads(line)["step"] for line in lines] == [1, 2]
+
+
+def test_the_run_log_writes_on_rank_0_and_shows_training_records(tmp_path, capsys):
+    record = {"step": 50, "loss": 2.25, "lr": 1e-3, "tokens_per_s": 12345.6, "minutes": 1.5}
+    with run_log(tmp_path / "rank0", 100, 0, rank=0) as log:
+        log(None)
+        log(record)
+        log({"step": 50, "val_loss": 2.0})  # a validation: written, not shown
+    lines = (tmp_path / "rank0" / "metrics.jsonl").read_text().splitlines()
+    assert [json.loads(line) for line in lines] == [record, {"step": 50, "val_loss": 2.0}]
+    # pytest captures stderr, which is no terminal: plain lines, not a bar
+    shown = capsys.readouterr().out
+    assert shown == "step 50: loss 2.250, lr 1.00e-03, 12,346 tokens/s, 1.5 min\n"
+    with run_log(tmp_path / "rank1", 100, 0, rank=1) as log:
+        log(record)
+    with run_log(tmp_path / "quiet", 100, 0, rank=0, progress=False) as log:
+        log(record)
+    assert not (tmp_path / "rank1").exists(), "only rank 0 writes the metrics"
+    assert (tmp_path / "quiet" / "metrics.jsonl").exists()
+    assert capsys.readouterr().out == "", "shown by rank 0 only, and only with progress"
 
 
 def test_forgetting_metrics_keeps_complete_lines_up_to_the_step(tmp_path):

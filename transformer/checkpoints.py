@@ -100,6 +100,17 @@ def newest_checkpoints(folder: str | Path, n: int | None = None) -> list[Path]:
     return found if n is None else found[max(len(found) - n, 0):]
 
 
+def checkpoint_path(folder: str | Path, step: int) -> Path:
+    """The checkpoint of step `step` in a run's folder: checkpoint-STEP.pt."""
+    return Path(folder) / f"checkpoint-{step:08d}.pt"
+
+
+def keep_newest_checkpoints(folder: str | Path, n: int) -> None:
+    """Delete all but the newest `n` checkpoint-STEP.pt of a run's folder."""
+    for old in newest_checkpoints(folder)[:-n]:
+        old.unlink()
+
+
 def training_checkpoint(path: str | Path) -> tuple[dict, Path]:
     """The state of a checkpoint to resume (`path`, or the newest one in the folder
     `path`) and its path."""
@@ -254,6 +265,8 @@ __all__ = [
     'load_checkpoint',
     'load_model',
     'newest_checkpoints',
+    'checkpoint_path',
+    'keep_newest_checkpoints',
     'training_checkpoint',
     'check_output_folder',
     'folder_lock',

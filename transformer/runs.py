@@ -133,26 +133,34 @@ def forget_metrics_after(out: Path, step: int) -> None:
 
 
 @contextlib.contextmanager
-def progress_bar(
-    total: int | None, initial: int, enabled: bool
+def run_log(
+    out: Path, total: int | None, initial: int, rank: int, progress: bool = True
 ) -> Iterator[Callable[[dict | None], None]]:
-    """Yields show(metrics): a tqdm bar on a terminal, a plain line a log in a file."""
-    plain = enabled and not sys.stderr.isatty()
-    bar = tqdm(total=total, initial=initial, unit="step", disable=not enabled or plain)
+    """Yields log(record): rank 0 appends the record to out/metrics.jsonl and shows
+    it if it has a training loss; log(None) counts a step. Shown (on rank 0, with
+    progress) as a tqdm bar on a terminal, as plain lines in a file."""
+    show = progress and rank == 0
+    plain = show and not sys.stderr.isatty()
+    bar = tqdm(total=total, initial=initial, unit="step", disable=not show or plain)
 
-    def show(metrics: dict | None) -> None:
-        if metrics is None:
+    def log(record: dict | None) -> None:
+        if record is None:
             bar.update(1)
-        elif plain:
-            print(f"step {metrics['step']}: loss {metrics['loss']:.3f}, "
-                  f"lr {metrics['lr']:.2e}, {metrics['tokens_per_s']:,.0f} tokens/s, "
-                  f"{metrics['minutes']:.1f} min", flush=True)
+            return
+        if rank == 0:
+            append_metrics(out, record)
+        if "loss" not in record:  # a validation, or the final record
+            return
+        if plain:
+            print(f"step {record['step']}: loss {record['loss']:.3f}, "
+                  f"lr {record['lr']:.2e}, {record['tokens_per_s']:,.0f} tokens/s, "
+                  f"{record['minutes']:.1f} min", flush=True)
         else:
-            bar.set_postfix(loss=f"{metrics['loss']:.3f}", lr=f"{metrics['lr']:.2e}",
-                            tok_s=f"{metrics['tokens_per_s']:,.0f}")
+            bar.set_postfix(loss=f"{record['loss']:.3f}", lr=f"{record['lr']:.2e}",
+                            tok_s=f"{record['tokens_per_s']:,.0f}")
 
     try:
-        yield show
+        yield log
     finally:
         bar.close()
 
@@ -187,6 +195,6 @@ __all__ = [
     'LossWindow',
     'append_metrics',
     'forget_metrics_after',
-    'progress_bar',
+    'run_log',
     'deferred_signals',
 ]

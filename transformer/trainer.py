@@ -16,8 +16,9 @@ from torch import Tensor
 
 from transformer.checkpoints import (
     check_output_folder,
+    checkpoint_path,
     folder_lock,
-    newest_checkpoints,
+    keep_newest_checkpoints,
     save_checkpoint,
     training_checkpoint,
 )
@@ -46,11 +47,10 @@ from transformer.model import Transformer, TransformerConfig
 from transformer.runs import (
     Clock,
     LossWindow,
-    append_metrics,
     cooldown_factor,
     deferred_signals,
     forget_metrics_after,
-    progress_bar,
+    run_log,
     scaled_rates,
 )
 from transformer.training import label_smoothed_loss, make_optimizer
@@ -294,11 +294,12 @@ def restore_training_state(trainer: Trainer, state: dict) -> None:
 
 @torch.no_grad()
 def validation_loss(
-    model: Transformer, split: TokenizedSplit, max_tokens: int,
+    model: Transformer, split: TokenizedSplit | None, max_tokens: int,
     dtype: torch.dtype | None = None,
 ) -> dict[str, float]:
-    """Loss per target token of a split (no label smoothing), and its perplexity."""
-    if not len(split):
+    """Loss per target token of a split (no label smoothing), and its perplexity; {}
+    without one."""
+    if split is None or not len(split):
         return {}
     model.eval()
     device = next(model.parameters()).device
@@ -354,12 +355,10 @@ class Trainer:
         self.dtype = autocast_dtype(config.precision, self.device)
         self.scaler = torch.amp.GradScaler(self.device.type,
                                            enabled=self.dtype == torch.float16)
-        self.compile = config.compile
-        if self.compile is None:  # compiled on a GPU, by default
-            self.compile = self.device.type == "cuda"
-        pad_multiple = config.pad_multiple or (8 if self.compile else 1)
+        on_gpu = self.device.type == "cuda"  # compiled on a GPU, by default
+        self.compile = on_gpu if config.compile is None else config.compile
         sampler = rank_sampler(data.train.lengths(), config, self.rank, self.world_size,
-                               pad_multiple)
+                               config.pad_multiple or (8 if self.compile else 1))
         self.batches = TrainBatches(data.train, sampler, config.prefetch, self.device)
         self.network = data_parallel(self.model, self.device, self.world_size)
         self.forward_loss = self._loss if not self.compile else torch.compile(
@@ -398,9 +397,8 @@ class Trainer:
 
     def _loss(self, src: Tensor, tgt_in: Tensor, tgt_out: Tensor,
               segments: tuple[Tensor, Tensor] | None = None) -> Tensor:
-        """The summed label-smoothed loss of a batch (what torch.compile compiles):
-        from the logits if compiled or under reference_paths, else from the decoder's
-        output without them (output_loss)."""
+        """The summed label-smoothed loss of a batch (segments: of its packed rows):
+        from the logits if compiled or under reference_paths, else by output_loss."""
         epsilon = self.config.label_smoothing
         logits = self.compile or not FastPaths.enabled
         with autocast(self.device, self.dtype):
@@ -438,36 +436,31 @@ class Trainer:
 
     def save(self) -> Path:
         """Write checkpoint-STEP.pt in `out`; keep the newest keep_checkpoints."""
-        state = training_state(self)
-        path = self.out / f"checkpoint-{self.step:08d}.pt"
+        state = training_state(self)  # gathered from every process
+        path = checkpoint_path(self.out, self.step)
         if self.rank == 0:
             save_checkpoint(state, path)
-            for old in newest_checkpoints(self.out)[: -self.config.keep_checkpoints]:
-                old.unlink()
+            keep_newest_checkpoints(self.out, self.config.keep_checkpoints)
         return path
 
     def validate(self) -> dict[str, float]:
         """Validation loss per target token (no label smoothing) and perplexity."""
-        if self.data.valid is None:
-            return {}
-        budget = self.batches.sampler.max_tokens
-        return validation_loss(self.model, self.data.valid, budget, self.dtype)
-
-    def _log(self, record: dict) -> None:
-        if self.rank == 0:
-            append_metrics(self.out, record)
+        return validation_loss(self.model, self.data.valid,
+                               self.batches.sampler.max_tokens, self.dtype)
 
     def fit(self, progress: bool = True) -> dict[str, float]:
         """Train until max_steps, max_minutes or a signal; returns the last metrics.
         After SIGINT or SIGTERM it stops after the current step with a checkpoint, and
         the result has "interrupted": the signal's number."""
-        config, metrics = self.config, {}
+        config = self.config
+        metrics: dict[str, float] = {}
         clock = Clock(config, self.world_size, self.device)
         window = LossWindow(self.device)
-        show = progress and self.rank == 0
-        with holding_folder(self):
-            with progress_bar(config.max_steps, self.step, show) as shown, \
-                    deferred_signals(self.world_size == 1) as received:
+        with (
+            holding_folder(self),
+            run_log(self.out, config.max_steps, self.step, self.rank, progress) as log,
+        ):
+            with deferred_signals(self.world_size == 1) as received:
                 while not received:
                     stop, checkpoint_due = clock.decide(self.step)
                     if stop:
@@ -479,23 +472,22 @@ class Trainer:
                     self.rate_factor = cooldown_factor(done, config.cooldown)
                     rate = self.rate_factor * self.schedule.get_last_lr()[0]
                     window.add(*self.train_step())
-                    shown(None)
+                    log(None)
                     last = self.step == config.max_steps
                     if self.step % config.log_every == 0 or last:
                         metrics = {"step": self.step, **window.read(self.world_size),
                                    "lr": rate, "minutes": clock.minutes()}
-                        self._log(metrics)
-                        shown(metrics)
+                        log(metrics)
                     if self.step % config.eval_every == 0:
                         evaluation = {"step": self.step, **self.validate()}
-                        self._log(evaluation)
+                        log(evaluation)
                         metrics = {**metrics, **evaluation}
             self.rate_factor = 1.0  # a train_step called after fit: the schedule's rate
             if received:
                 return stopped_by_signal(self, metrics, received[0])
             self.save()
             final = {"step": self.step, "minutes": clock.minutes(), **self.validate()}
-            self._log(final)
+            log(final)
         return {**metrics, **final}
 
 
@@ -552,7 +544,7 @@ def holding_folder(trainer: Trainer) -> Iterator[None]:
 
 def stopped_by_signal(trainer: Trainer, metrics: dict, signum: int) -> dict:
     """The checkpoint of a run stopped by SIGINT/SIGTERM, and its last metrics."""
-    saved = trainer.out / f"checkpoint-{trainer.step:08d}.pt"
+    saved = checkpoint_path(trainer.out, trainer.step)
     saved = saved if saved.exists() else trainer.save()
     print(f"interrupted at step {trainer.step}; saved {saved}; "
           f"continue with --resume {trainer.out}")
