@@ -2,6 +2,8 @@
 
 import os
 import pathlib
+import shutil
+from unittest import mock
 from dataclasses import asdict
 
 import pytest
@@ -20,6 +22,7 @@ from transformer import (
     save_checkpoint,
 )
 from transformer.checkpoints import (
+    building_folder,
     checkpoint_path,
     keep_newest_checkpoints,
     newest_checkpoints,
@@ -53,6 +56,49 @@ def test_write_atomically_leaves_the_old_file_when_the_write_fails(tmp_path):
     with pytest.raises(RuntimeError, match="disk full"):
         write_atomically(path, failing)
     assert path.read_bytes() == b"first" and os.listdir(path.parent) == ["out.txt"]
+
+
+def test_a_folder_is_replaced_whole_or_left_as_it_was(tmp_path):
+    folder = tmp_path / "cache"
+    folder.mkdir()
+    (folder / "old.txt").write_text("old")
+    with pytest.raises(RuntimeError, match="disk full"):
+        with building_folder(folder) as building:
+            (building / "new.txt").write_text("half")
+            raise RuntimeError("disk full")
+    assert [p.name for p in tmp_path.iterdir()] == ["cache"], "no building folder left"
+    assert [p.name for p in folder.iterdir()] == ["old.txt"]
+    with building_folder(folder) as building:
+        (building / "new.txt").write_text("new")
+        assert [p.name for p in folder.iterdir()] == ["old.txt"], "not before the end"
+    assert [p.name for p in tmp_path.iterdir()] == ["cache"]
+    assert [p.name for p in folder.iterdir()] == ["new.txt"]
+
+
+def test_a_folder_another_process_put_in_place_first_is_kept_when_asked(tmp_path):
+    folder = tmp_path / "cache"
+    for keep_theirs in (True, False):
+        context = building_folder(folder, keep_theirs=keep_theirs)
+        building = context.__enter__()
+        (building / "mine.txt").write_text("mine")
+        # the other process renames its folder into place between our rmtree and rename
+        real_rmtree = shutil.rmtree
+
+        def theirs_arrive(path, ignore_errors=False):
+            real_rmtree(path, ignore_errors=ignore_errors)
+            if path == folder:
+                folder.mkdir()
+                (folder / "theirs.txt").write_text("theirs")
+
+        with mock.patch("transformer.checkpoints.shutil.rmtree", theirs_arrive):
+            if keep_theirs:
+                context.__exit__(None, None, None)
+            else:
+                with pytest.raises(OSError):
+                    context.__exit__(None, None, None)
+        assert [p.name for p in folder.iterdir()] == ["theirs.txt"]
+        assert sorted(p.name for p in tmp_path.iterdir()) == ["cache"]
+        real_rmtree(folder)
 
 
 def test_averaging_equal_checkpoints_returns_the_same_weights(tmp_path):

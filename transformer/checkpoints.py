@@ -6,6 +6,8 @@ from __future__ import annotations
 
 import contextlib
 import os
+import shutil
+import tempfile
 from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import BinaryIO
@@ -17,12 +19,13 @@ from transformer.model import Transformer, TransformerConfig
 
 
 def write_atomically(path: str | Path, write: Callable[[BinaryIO], None]) -> Path:
-    """write(file) into PATH.tmp, synced to the disk, then renamed to PATH (the rename
-    synced too): PATH is the old file or the whole new one, never a part. Nothing is
-    left behind when write or the disk fails."""
+    """write(file) into PATH.PID.tmp, synced to the disk, then renamed to PATH (the
+    rename synced too): PATH is the old file or the whole new one, never a part, even
+    with several processes writing it. Nothing is left behind when write or the disk
+    fails."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    temporary = path.with_name(path.name + ".tmp")
+    temporary = path.with_name(f"{path.name}.{os.getpid()}.tmp")
     try:
         with open(temporary, "wb") as file:
             write(file)
@@ -37,6 +40,27 @@ def write_atomically(path: str | Path, write: Callable[[BinaryIO], None]) -> Pat
     finally:
         temporary.unlink(missing_ok=True)
     return path
+
+
+@contextlib.contextmanager
+def building_folder(folder: str | Path, keep_theirs: bool = False) -> Iterator[Path]:
+    """A new folder beside `folder`, to fill in the block; when the block ends without
+    an error it replaces `folder` by a rename, else it is deleted: `folder` is never
+    a part of the new one. keep_theirs: if another process renamed its own folder
+    into place first, keep that one (a cache both built)."""
+    folder = Path(folder)
+    folder.parent.mkdir(parents=True, exist_ok=True)
+    building = Path(tempfile.mkdtemp(prefix=f".{folder.name}.", dir=folder.parent))
+    try:
+        yield building
+        shutil.rmtree(folder, ignore_errors=True)
+        try:
+            os.replace(building, folder)
+        except OSError:
+            if not keep_theirs or not folder.is_dir():
+                raise
+    finally:
+        shutil.rmtree(building, ignore_errors=True)
 
 
 CHECKPOINT_FORMAT = "transformer-checkpoint-v1"
@@ -261,6 +285,7 @@ def final_model(folder: str | Path) -> Path:
 
 __all__ = [
     'write_atomically',
+    'building_folder',
     'save_checkpoint',
     'load_checkpoint',
     'load_model',

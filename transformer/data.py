@@ -15,8 +15,6 @@ import math
 import os
 import queue
 import random
-import shutil
-import tempfile
 import threading
 import urllib.error
 import urllib.request
@@ -41,7 +39,7 @@ from tokenizers import (
 )
 from torch import Tensor
 
-from transformer.checkpoints import write_atomically
+from transformer.checkpoints import building_folder, write_atomically
 
 
 PAD, UNK, BOS, EOS = 0, 1, 2, 3
@@ -798,10 +796,7 @@ def _cached_tokenizer(
             return Tokenizer.from_file(str(path))
     texts = (text for src, tgt in train[1]() for text in itertools.chain(src, tgt))
     tokenizer = train_tokenizer(texts, vocab_size, lowercase, split_punctuation)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    temporary = path.with_name(f"{path.name}.{os.getpid()}.tmp")
-    tokenizer.save(str(temporary))
-    os.replace(temporary, path)
+    write_atomically(path, lambda file: file.write(tokenizer.to_str().encode()))
     return tokenizer
 
 
@@ -820,9 +815,8 @@ def _load_or_build(
             return _read_cache(folder)
         except (ValueError, KeyError, TypeError, OSError) as error:
             warnings.warn(f"rebuilding the data cache {folder}: {error}")
-    folder.parent.mkdir(parents=True, exist_ok=True)
-    building = Path(tempfile.mkdtemp(prefix=f"{folder.name}.", dir=folder.parent))
-    try:
+    # keep_theirs: another run that finished the same cache first
+    with building_folder(folder, keep_theirs=True) as building:
         vocab_size = tokenizer.get_vocab_size()
         meta = {
             "format": DATA_FORMAT,
@@ -833,11 +827,6 @@ def _load_or_build(
         for split, read in splits.items():
             meta[split] = _write_split(building, split, read, tokenizer)
         (building / "meta.json").write_text(json.dumps(meta, indent=1))
-        shutil.rmtree(folder, ignore_errors=True)
-        with contextlib.suppress(OSError):  # another run finished the same cache first
-            os.replace(building, folder)
-    finally:
-        shutil.rmtree(building, ignore_errors=True)
     return _read_cache(folder)
 
 

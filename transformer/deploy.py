@@ -8,8 +8,6 @@ from __future__ import annotations
 import copy
 import json
 import logging
-import shutil
-import tempfile
 import warnings
 from collections.abc import Sequence
 from pathlib import Path
@@ -21,6 +19,7 @@ from torch import Tensor, nn
 
 from transformer.attention import KeyValueCache, padding_mask
 from transformer.attention_maps import attention_weights
+from transformer.checkpoints import building_folder
 from transformer.data import BOS, EOS, PAD, lowercases
 from transformer.decoding import encode_sources, next_token_log_probs, length_penalty
 from transformer.model import Transformer
@@ -234,9 +233,7 @@ def export_onnx(
     batch, n, m, past = (torch.export.Dim(name) for name in ("batch", "n", "m", "past"))
     src = torch.full((2, 6), min(4, config.src_vocab_size - 1))
     src[1, 4:] = PAD
-    out.parent.mkdir(parents=True, exist_ok=True)
-    holding = Path(tempfile.mkdtemp(prefix=f".{out.name}.", dir=out.parent))
-    try:
+    with building_folder(out) as holding:
         encoder = EncoderGraph(model)
         with torch.no_grad():
             memory, *cross = encoder(src)
@@ -267,11 +264,6 @@ def export_onnx(
             "about": about or {},
         }
         (holding / "model.json").write_text(json.dumps(meta, indent=1) + "\n")
-        if out.exists():
-            shutil.rmtree(out)
-        holding.rename(out)
-    finally:
-        shutil.rmtree(holding, ignore_errors=True)
     return meta
 
 

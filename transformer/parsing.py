@@ -5,15 +5,13 @@ labelled bracketing precision, recall and F1 as EVALB computes them."""
 
 from __future__ import annotations
 
-import os
 import random
-import shutil
-import tempfile
 from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+from transformer.checkpoints import building_folder
 from transformer.data import ParallelCorpus
 
 
@@ -166,19 +164,13 @@ def write_corpus(corpus: ParallelCorpus, folder: str | Path) -> Path:
             f"{folder} holds files other than {sorted(names)}; give a new or "
             "empty folder"
         )
-    folder.parent.mkdir(parents=True, exist_ok=True)
-    building = Path(tempfile.mkdtemp(prefix=f"{folder.name}.", dir=folder.parent))
-    try:
+    with building_folder(folder) as building:
         for split, pairs in corpus.splits.items():
             for side, lang in enumerate((corpus.src_lang, corpus.tgt_lang)):
                 lines = [pair[side] for pair in pairs]
                 if any("\n" in line for line in lines):
                     raise ValueError(f"a {split} sentence of {lang} holds a line break")
                 (building / f"{split}.{lang}").write_text("\n".join(lines) + "\n")
-        shutil.rmtree(folder, ignore_errors=True)
-        os.replace(building, folder)
-    finally:
-        shutil.rmtree(building, ignore_errors=True)
     return folder
 
 
