@@ -3,8 +3,9 @@
 import os
 import pathlib
 import shutil
-from unittest import mock
+import stat
 from dataclasses import asdict
+from unittest import mock
 
 import pytest
 import torch
@@ -58,7 +59,7 @@ def test_write_atomically_leaves_the_old_file_when_the_write_fails(tmp_path):
     assert path.read_bytes() == b"first" and os.listdir(path.parent) == ["out.txt"]
 
 
-def test_a_folder_is_replaced_whole_or_left_as_it_was(tmp_path):
+def test_a_folder_is_replaced_only_when_whole_and_kept_after_an_error(tmp_path):
     folder = tmp_path / "cache"
     folder.mkdir()
     (folder / "old.txt").write_text("old")
@@ -73,6 +74,9 @@ def test_a_folder_is_replaced_whole_or_left_as_it_was(tmp_path):
         assert [p.name for p in folder.iterdir()] == ["old.txt"], "not before the end"
     assert [p.name for p in tmp_path.iterdir()] == ["cache"]
     assert [p.name for p in folder.iterdir()] == ["new.txt"]
+    umask = os.umask(0o022)
+    os.umask(umask)
+    assert stat.S_IMODE(folder.stat().st_mode) == 0o777 & ~umask, "as os.mkdir makes one"
 
 
 def test_a_folder_another_process_put_in_place_first_is_kept_when_asked(tmp_path):
@@ -222,3 +226,7 @@ def test_a_run_keeps_its_newest_checkpoints_by_step_and_nothing_else_is_deleted(
         "metrics.jsonl"]
     keep_newest_checkpoints(tmp_path, 5)  # fewer than n: all stay
     assert len(newest_checkpoints(tmp_path)) == 2
+    with pytest.raises(ValueError, match="0 or more, not -1"):
+        keep_newest_checkpoints(tmp_path, -1)
+    keep_newest_checkpoints(tmp_path, 0)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["checkpoint_average.pt", "metrics.jsonl"]

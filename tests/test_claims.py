@@ -251,7 +251,7 @@ def made_at_a_commit(name: str) -> bool:
 def unmarked_history(text: str) -> list[tuple[int, str]]:
     """(line, record) for each record without a commit that the document reads or names
     (a glob: each record it matches) outside a passage marked history: a section whose
-    headings say "(history)" or that opens a line with "*History", or a paragraph that
+    headings say "history" or that opens a line with "*History", or a paragraph that
     says "history" itself."""
     lines, fence, heading_at = text.splitlines(), None, {}
     for i, line in enumerate(lines):  # the headings, not a comment in a code cell

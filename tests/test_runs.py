@@ -79,8 +79,10 @@ def test_the_run_log_writes_on_rank_0_and_shows_training_records(tmp_path, capsy
         log(None)
         log(record)
         log({"step": 50, "val_loss": 2.0})  # a validation: written, not shown
+    log({"step": 50, "minutes": 1.6})  # after the block (the final record): written
     lines = (tmp_path / "rank0" / "metrics.jsonl").read_text().splitlines()
-    assert [json.loads(line) for line in lines] == [record, {"step": 50, "val_loss": 2.0}]
+    assert [json.loads(line)["step"] for line in lines] == [50, 50, 50]
+    assert json.loads(lines[0]) == record and "val_loss" in lines[1]
     # pytest captures stderr, which is no terminal: plain lines, not a bar
     shown = capsys.readouterr().out
     assert shown == "step 50: loss 2.250, lr 1.00e-03, 12,346 tokens/s, 1.5 min\n"

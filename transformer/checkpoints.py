@@ -6,8 +6,8 @@ from __future__ import annotations
 
 import contextlib
 import os
+import secrets
 import shutil
-import tempfile
 from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import BinaryIO
@@ -42,27 +42,6 @@ def write_atomically(path: str | Path, write: Callable[[BinaryIO], None]) -> Pat
     return path
 
 
-@contextlib.contextmanager
-def building_folder(folder: str | Path, keep_theirs: bool = False) -> Iterator[Path]:
-    """A new folder beside `folder`, to fill in the block; when the block ends without
-    an error it replaces `folder` by a rename, else it is deleted: `folder` is never
-    a part of the new one. keep_theirs: if another process renamed its own folder
-    into place first, keep that one (a cache both built)."""
-    folder = Path(folder)
-    folder.parent.mkdir(parents=True, exist_ok=True)
-    building = Path(tempfile.mkdtemp(prefix=f".{folder.name}.", dir=folder.parent))
-    try:
-        yield building
-        shutil.rmtree(folder, ignore_errors=True)
-        try:
-            os.replace(building, folder)
-        except OSError:
-            if not keep_theirs or not folder.is_dir():
-                raise
-    finally:
-        shutil.rmtree(building, ignore_errors=True)
-
-
 CHECKPOINT_FORMAT = "transformer-checkpoint-v1"
 
 
@@ -77,6 +56,31 @@ def save_checkpoint(state: dict, path: str | Path) -> Path:
             f"could not write {path} ({error}); "
             "the checkpoints written before it are intact"
         ) from error
+
+
+@contextlib.contextmanager
+def building_folder(folder: str | Path, keep_theirs: bool = False) -> Iterator[Path]:
+    """A new folder beside `folder`, to fill in the block. When the block ends without
+    an error, the old `folder` is deleted and the new one renamed to its name (a crash
+    in between leaves no folder, never a part of one); after an error the new one is
+    deleted. keep_theirs: if another process renamed its folder into place between
+    the two, keep that one (two runs building the same cache)."""
+    folder = Path(folder)
+    folder.parent.mkdir(parents=True, exist_ok=True)
+    # not tempfile.mkdtemp, whose folder only its owner may read: os.mkdir's mode
+    # follows the umask, as any folder the user makes
+    building = folder.with_name(f".{folder.name}.{os.getpid()}.{secrets.token_hex(4)}")
+    building.mkdir()
+    try:
+        yield building
+        shutil.rmtree(folder, ignore_errors=True)
+        try:
+            os.replace(building, folder)
+        except OSError:
+            if not keep_theirs or not folder.is_dir():
+                raise
+    finally:
+        shutil.rmtree(building, ignore_errors=True)
 
 
 def load_checkpoint(
@@ -131,7 +135,10 @@ def checkpoint_path(folder: str | Path, step: int) -> Path:
 
 def keep_newest_checkpoints(folder: str | Path, n: int) -> None:
     """Delete all but the newest `n` checkpoint-STEP.pt of a run's folder."""
-    for old in newest_checkpoints(folder)[:-n]:
+    if n < 0:
+        raise ValueError(f"the checkpoints to keep must be 0 or more, not {n}")
+    found = newest_checkpoints(folder)
+    for old in found[: max(len(found) - n, 0)]:
         old.unlink()
 
 
@@ -285,8 +292,8 @@ def final_model(folder: str | Path) -> Path:
 
 __all__ = [
     'write_atomically',
-    'building_folder',
     'save_checkpoint',
+    'building_folder',
     'load_checkpoint',
     'load_model',
     'newest_checkpoints',

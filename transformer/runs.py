@@ -138,7 +138,8 @@ def run_log(
 ) -> Iterator[Callable[[dict | None], None]]:
     """Yields log(record): rank 0 appends the record to out/metrics.jsonl and shows
     it if it has a training loss; log(None) counts a step. Shown (on rank 0, with
-    progress) as a tqdm bar on a terminal, as plain lines in a file."""
+    progress) as a tqdm bar on a terminal, as plain lines in a file. After the block
+    the bar is closed, and log only writes."""
     show = progress and rank == 0
     plain = show and not sys.stderr.isatty()
     bar = tqdm(total=total, initial=initial, unit="step", disable=not show or plain)

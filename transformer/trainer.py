@@ -456,11 +456,9 @@ class Trainer:
         metrics: dict[str, float] = {}
         clock = Clock(config, self.world_size, self.device)
         window = LossWindow(self.device)
-        with (
-            holding_folder(self),
-            run_log(self.out, config.max_steps, self.step, self.rank, progress) as log,
-        ):
-            with deferred_signals(self.world_size == 1) as received:
+        with holding_folder(self):
+            log_to = run_log(self.out, config.max_steps, self.step, self.rank, progress)
+            with log_to as log, deferred_signals(self.world_size == 1) as received:
                 while not received:
                     stop, checkpoint_due = clock.decide(self.step)
                     if stop:
@@ -487,7 +485,7 @@ class Trainer:
                 return stopped_by_signal(self, metrics, received[0])
             self.save()
             final = {"step": self.step, "minutes": clock.minutes(), **self.validate()}
-            log(final)
+            log(final)  # the bar is closed; the record still goes to metrics.jsonl
         return {**metrics, **final}
 
 
