@@ -33,7 +33,9 @@ SENTENCES = [f"{a} {b} and {c}" for a in ("one", "two", "three") for b in ("red"
              for c in ("cats", "dogs", "birds")]
 
 
-@pytest.fixture(scope="module", params=["post-LN", "pre-LN, learned positions"])
+# an export takes about 25 s on 2 cores: make test-quick exports the post-LN model only
+@pytest.fixture(scope="module", params=[
+    "post-LN", pytest.param("pre-LN, learned positions", marks=pytest.mark.slow)])
 def exported(request, tmp_path_factory):
     tokenizer = train_tokenizer(iter(SENTENCES * 2), vocab_size=60)
     vocab = tokenizer.get_vocab_size()
@@ -129,6 +131,7 @@ def _rounded_to_int8(model):
     return rounded
 
 
+@pytest.mark.slow
 def test_int8_export_stores_int8_weights_and_computes_in_float32(exported, tmp_path):
     """The int8 graphs hold no float32 matrix of the weights, compute as the model does
     with its weights rounded to int8 (in float32, without integer kernels), and are
@@ -196,6 +199,7 @@ def test_export_refuses_a_used_folder_and_leaves_nothing_half_written(exported, 
     assert sorted(p.name for p in tmp_path.iterdir()) == ["out"], "no folder, no holding folder"
 
 
+@pytest.mark.slow
 def test_cli_export_writes_a_run_folders_final_model(tiny_corpus, tmp_path, capsys):
     run = tmp_path / "run"
     assert main(["train", "--data", str(tiny_corpus), "--max-steps", "3", "--max-tokens", "200",
