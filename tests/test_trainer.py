@@ -1,5 +1,6 @@
 """Tests of transformer/trainer.py (book/trainer.md): the Trainer and its collaborators."""
 
+import concurrent.futures
 import json
 import math
 import os
@@ -114,6 +115,22 @@ def test_train_once_trains_a_configuration_once_and_again_when_it_changes(tiny_c
     assert len(calls) == 2, "a run without its result is trained again"
 
 
+def test_train_once_called_twice_at_once_trains_once(tiny_corpus, tmp_path, monkeypatch):
+    """Two chapters (or two test workers) asking for one run together: the second waits for
+    the first's run and loads it, instead of training it beside it in the same folder."""
+    config, fits, fit = _config(tiny_corpus, max_tokens=200), [], Trainer.fit
+
+    def slow_fit(self, progress=True):  # the second caller arrives while the first trains
+        fits.append(self)
+        time.sleep(0.5)
+        return fit(self, progress)
+
+    monkeypatch.setattr(Trainer, "fit", slow_fit)
+    with concurrent.futures.ThreadPoolExecutor(2) as pool:
+        results = list(pool.map(lambda _: train_once(TINY, config, tmp_path)[1], range(2)))
+    assert len(fits) == 1 and results[0] == results[1]
+
+
 def test_prefetching_does_not_change_the_run(tiny_corpus, tmp_path):
     config = TransformerConfig(d_model=32, n_heads=4, d_ff=64, n_layers=2, dropout=0.0)
     runs = []
@@ -184,19 +201,40 @@ def test_killed_at_any_moment_a_resumed_run_ends_as_the_uninterrupted_one(tiny_c
                 "--max-tokens", "200", "--max-steps", "12", "--checkpoint-every", "1", "--keep-checkpoints", "3",
                 "--precision", "fp32", "--eval-every", "5", "--out", str(out), *more]
     env = {**os.environ, "OMP_NUM_THREADS": "1"}
-    subprocess.run(train(tmp_path / "whole"), check=True, capture_output=True, env=env)
+    kills = [(signal.SIGINT, 3), (signal.SIGTERM, 6), (signal.SIGKILL, 2), (signal.SIGKILL, 7), (signal.SIGKILL, 10)]
+    # every run in flight at once: each process mostly starts Python and imports torch
+    whole = subprocess.Popen(train(tmp_path / "whole"), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=env)
+    runs = [(tmp_path / f"run-{number}", how, after,
+             subprocess.Popen(train(tmp_path / f"run-{number}"), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                              env=env))
+            for number, (how, after) in enumerate(kills)]
+    stopping = list(runs)
+    while stopping:
+        for run in list(stopping):
+            out, how, after, process = run
+            newest = max((p.name for p in out.glob("checkpoint-*.pt")), default="")
+            if newest >= f"checkpoint-{after:08d}.pt":
+                process.send_signal(how)
+                stopping.remove(run)
+            else:
+                assert process.poll() is None, "the run ended before it could be stopped"
+        time.sleep(0.01)
+    assert whole.wait() == 0
     expected = load_checkpoint(tmp_path / "whole" / "checkpoint-00000012.pt")["model"]
-    for number, (how, after) in enumerate([(signal.SIGINT, 3), (signal.SIGTERM, 6), (signal.SIGKILL, 2),
-                                           (signal.SIGKILL, 7), (signal.SIGKILL, 10)]):
-        out = tmp_path / f"run-{number}"
-        process = subprocess.Popen(train(out), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=env)
-        while not list(out.glob("checkpoint-*.pt")) or max(out.glob("checkpoint-*.pt")).name < f"checkpoint-{after:08d}.pt":
-            assert process.poll() is None, "the run ended before it could be stopped"
-            time.sleep(0.01)
-        process.send_signal(how)
+    for out, how, after, process in runs:
         assert process.wait() == (-9 if how == signal.SIGKILL else 128 + how)
-        while not (out / "checkpoint-00000012.pt").exists():
-            subprocess.run(train(out, "--resume", str(out)), check=True, capture_output=True, env=env)
+    resuming = {out: None for out, *_ in runs}
+    while resuming:  # resumed, all at once, until each has made its last step
+        for out, process in list(resuming.items()):
+            if process is None or process.poll() is not None:
+                assert process is None or process.returncode == 0, out
+                if (out / "checkpoint-00000012.pt").exists():
+                    del resuming[out]
+                else:
+                    resuming[out] = subprocess.Popen(train(out, "--resume", str(out)), stdout=subprocess.DEVNULL,
+                                                     stderr=subprocess.DEVNULL, env=env)
+        time.sleep(0.01)
+    for out, how, after, _ in runs:
         for name, weights in load_checkpoint(out / "checkpoint-00000012.pt")["model"].items():
             assert torch.equal(weights, expected[name]), f"{how.name} after step {after}: {name} differs"
         steps = [json.loads(line)["step"] for line in (out / "metrics.jsonl").read_text().splitlines()]
@@ -277,15 +315,23 @@ def test_bf16_training_on_cuda_reduces_the_loss(tiny_corpus, tmp_path):
     assert trainer.fit(progress=False)["val_loss"] < first
 
 
+# Compiling the step costs about 45 s on 2 cores, whatever the model's size (most of it is
+# the C++ compiler's), so the two tests below compile one step: packed rows of one length
+# give it one shape, and Inductor's cache gives the second test the first one's code.
+COMPILED = TransformerConfig(d_model=32, n_heads=4, d_ff=64, n_layers=2, dropout=0.0)
+
+
+def _compiled_config(corpus, **overrides):
+    return _config(corpus, **{"max_tokens": 200, "pack_length": 48, "compile": True, **overrides})
+
+
 @pytest.mark.slow
 def test_compiled_packed_steps_on_a_cpu_match_the_eager_steps(tiny_corpus, tmp_path):
     """torch.compile of the packed step (segment masks and positions built inside the graph):
     four updates from the same weights on the same batches give the eager losses."""
-    config = TransformerConfig(d_model=32, n_heads=4, d_ff=64, n_layers=2, dropout=0.0)
     losses = {}
     for compiled in (False, True):
-        trainer = Trainer.from_config(
-            config, _config(tiny_corpus, compile=compiled, max_tokens=200, pack_length=48), tmp_path / f"c{compiled}")
+        trainer = Trainer.from_config(COMPILED, _compiled_config(tiny_corpus, compile=compiled), tmp_path / f"c{compiled}")
         losses[compiled] = [(lambda s, n: s.item() / n)(*trainer.train_step()) for _ in range(4)]
     assert losses[False][-1] < losses[False][0], "the steps train"
     torch.testing.assert_close(torch.tensor(losses[True]), torch.tensor(losses[False]), rtol=1e-4, atol=0)
@@ -293,7 +339,9 @@ def test_compiled_packed_steps_on_a_cpu_match_the_eager_steps(tiny_corpus, tmp_p
 
 @pytest.mark.slow
 def test_compiled_training_runs_and_checkpoints_the_plain_model(tiny_corpus, tmp_path):
-    trainer = Trainer.from_config(TINY, _config(tiny_corpus, max_steps=2, max_tokens=200, compile=True), tmp_path / "compiled")
+    """fit with the compiled step (the one above: its code comes from Inductor's cache) and
+    its validation; the checkpoint holds the model's own parameter names."""
+    trainer = Trainer.from_config(COMPILED, _compiled_config(tiny_corpus, max_steps=2), tmp_path / "compiled")
     result = trainer.fit(progress=False)
     assert result["step"] == 2 and math.isfinite(result["val_loss"])
     names = load_checkpoint(tmp_path / "compiled" / "checkpoint-00000002.pt")["model"].keys()

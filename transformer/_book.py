@@ -3,6 +3,7 @@
 """The book's cached runs, each trained once then loaded by every chapter that studies
 it, and how its records were measured. Not part of the API."""
 
+import fcntl  # POSIX, as the run folder's own lock
 import hashlib
 import inspect
 import json
@@ -35,12 +36,16 @@ def train_once(
     key = hashlib.sha256(f"{settings}\0{source}".encode()).hexdigest()[:16]
     out = Path(cache_dir or default_cache_dir()) / "runs" / key
     record = out / "result.json"
-    if record.is_file():
-        return Trainer.resume(out), json.loads(record.read_text())
-    trainer = Trainer.from_config(model_config, config, out, overwrite=True)
-    result = trainer.fit(progress)
-    if "interrupted" not in result:  # written last: a run cut short is trained again
-        write_atomically(record, lambda file: file.write(json.dumps(result).encode()))
+    out.parent.mkdir(parents=True, exist_ok=True)
+    with open(out.parent / f"{key}.lock", "a") as lock:
+        # two chapters (or tests) opened at once: the second waits for the first's run
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        if record.is_file():
+            return Trainer.resume(out), json.loads(record.read_text())
+        trainer = Trainer.from_config(model_config, config, out, overwrite=True)
+        result = trainer.fit(progress)
+        if "interrupted" not in result:  # written last: a run cut short is trained again
+            write_atomically(record, lambda f: f.write(json.dumps(result).encode()))
     return trainer, result
 
 

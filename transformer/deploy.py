@@ -230,7 +230,11 @@ def export_onnx(
     attention = model.decoder.layers[0].self_attn
     d_k, d_v = attention.d_k, attention.d_v
     names = _graph_names(n_layers)
-    batch, n, m, past = (torch.export.Dim(name) for name in ("batch", "n", "m", "past"))
+    # the lengths' bounds are the positions' (max_len): an exporter that had to find
+    # them would trace every graph twice
+    Dim, longest = torch.export.Dim, config.max_len
+    batch, n, m = Dim("batch"), Dim("n", max=longest), Dim("m", max=longest)
+    past = Dim("past", max=longest - 1)  # the step's own position is the last
     src = torch.full((2, 6), min(4, config.src_vocab_size - 1))
     src[1, 4:] = PAD
     with building_folder(out) as holding:
