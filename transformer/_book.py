@@ -44,7 +44,7 @@ def train_once(
             return Trainer.resume(out), json.loads(record.read_text())
         trainer = Trainer.from_config(model_config, config, out, overwrite=True)
         result = trainer.fit(progress)
-        if "interrupted" not in result:  # written last: a cut-short run is trained again
+        if "interrupted" not in result:  # written last: a run cut short trains again
             write_atomically(record, lambda f: f.write(json.dumps(result).encode()))
     return trainer, result
 
