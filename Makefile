@@ -27,13 +27,26 @@ notebooks: install
 	rm -rf $(NOTEBOOKS)
 	$(BIN)/python tools/notebooks.py $(NOTEBOOKS)
 
-# Everything: the package tests, the export check, and every chapter run by nbval.
+# The test processes, nbval's kernels, the browser tests and the book's build share one cache
+# of prepared corpora and trained runs, so a run that a chapter trains under `make test` is
+# loaded, not trained again, by the browser tests and by `make book` (not ~/.cache: the
+# reader's own runs stay apart).
+test test-quick test-browser book: export TRANSFORMER_CACHE := $(CURDIR)/build/cache
+
+# A test process for each core (pytest-xdist), each with one thread (two processes that each
+# spread torch's work over every core make each other wait); a file, or a chapter's
+# notebook, runs whole in one of them.
+PYTEST := $(BIN)/python -m pytest -n auto --dist loadfile
+test test-quick: export OMP_NUM_THREADS := 1
+
+# Everything: every chapter run by nbval (the book's build then reuses what they printed,
+# tests/conftest.py), the package tests and the export check.
 test: notebooks
-	$(BIN)/python -m pytest tests $(NOTEBOOKS) --nbval-lax --nbval-current-env --nbval-cell-timeout=600 --durations=20
+	$(PYTEST) $(NOTEBOOKS) tests --nbval-lax --nbval-current-env --nbval-cell-timeout=600 --durations=20
 
 # The package tests only (a couple of minutes).
 test-quick: install
-	$(BIN)/python -m pytest tests -q -m "not slow and not browser"
+	$(PYTEST) tests -q -m "not slow and not browser"
 
 # Every page of the built book in headless Chromium, the translator's and the explorers'
 # weights against Python's, and a chapter run and saved in JupyterLab (Playwright is in

@@ -1,7 +1,9 @@
-"""Shared fixtures; GPU-marked tests are skipped without CUDA; the chapters that nbval ran
-go to the book's execution cache."""
+"""Shared fixtures; the run cache of the session; GPU-marked tests are skipped without CUDA;
+the chapters that nbval ran go to the book's execution cache."""
 
 import os
+import shutil
+import tempfile
 from pathlib import Path
 
 import pytest
@@ -12,7 +14,20 @@ ROOT = Path(__file__).resolve().parent.parent
 
 
 def pytest_configure(config):
-    config.pluginmanager.register(ChapterOutputs(ROOT), "chapter-outputs")
+    """Prepared corpora and trained runs go to $TRANSFORMER_CACHE where it is set (make sets
+    build/cache: the test processes, nbval's kernels, the browser tests and the book share
+    it), else to a folder of this session that it removes; never to ~/.cache. Set here,
+    before xdist starts its workers, so that they inherit it."""
+    if "TRANSFORMER_CACHE" not in os.environ:
+        config.own_cache = tempfile.mkdtemp(prefix="transformer-cache-")
+        os.environ["TRANSFORMER_CACHE"] = config.own_cache
+    config.pluginmanager.register(ChapterOutputs(ROOT / "book", ROOT / "_build" / ".jupyter_cache"))
+
+
+def pytest_unconfigure(config):
+    if getattr(config, "own_cache", None):
+        shutil.rmtree(config.own_cache, ignore_errors=True)
+        del os.environ["TRANSFORMER_CACHE"]
 
 
 class ChapterOutputs:
@@ -20,37 +35,33 @@ class ChapterOutputs:
     cache, so that `make book` after `make test` executes no chapter a second time.
 
     `jupyter-book build` (execute_notebooks: cache) looks a chapter up in jupyter-cache by
-    a hash of its code cells and kernel before it executes it. nbval runs the same cells in
-    the same order in one kernel, and keeps each cell's outputs: this writes them into the
-    chapter as myst-nb reads it, and caches that notebook where the book looks. A chapter that failed, or ran in part, is left out,
-    and a chapter edited since is a new hash, which the book executes as before."""
+    a hash of its code cells before it executes it. nbval runs the same cells in order in
+    one kernel and keeps each cell's outputs: when a notebook's last cell has passed, this
+    puts the outputs into the chapter as myst-nb reads it and caches that notebook. A
+    chapter with a failed cell is left out, and a chapter edited since is another hash,
+    which the book executes as before."""
 
-    def __init__(self, root: Path):
-        self.root = root
-        self.cells: dict[Path, list] = {}  # notebook -> [(cell number, outputs, seconds)]
-        self.failed: set[Path] = set()
+    def __init__(self, book: Path, cache: Path):
+        self.book, self.cache = book, cache  # cache: jupyter-book's default place
+        self.ran: dict[Path, list] = {}  # notebook -> [(cell number, outputs, seconds)]
 
     @pytest.hookimpl(hookwrapper=True)
     def pytest_runtest_makereport(self, item, call):
         report = (yield).get_result()
-        if not hasattr(item, "test_outputs"):  # not a notebook cell of nbval's
+        if not hasattr(item, "test_outputs"):  # not a cell of nbval's
             return
         notebook = Path(str(item.parent.fspath))
         if report.failed or report.skipped:
-            self.failed.add(notebook)
-        elif report.when == "call":
-            cells = self.cells.setdefault(notebook, [])
-            cells.append((item.cell_num, item.test_outputs, report.duration, item.parent.nb))
+            self.ran[notebook] = None  # nothing of it is cached
+        elif report.when == "call" and self.ran.get(notebook, []) is not None:
+            cells = self.ran.setdefault(notebook, [])
+            cells.append((item.cell_num, item.test_outputs, report.duration))
+            code = [c for c in item.parent.nb.cells if c.cell_type == "code"]
+            chapter = self.book / f"{notebook.stem}.md"
+            if item.cell_num == len(code) - 1 and chapter.is_file():
+                self._cache(chapter, code, cells)
 
-    def pytest_sessionfinish(self, session):
-        for notebook, cells in self.cells.items():
-            chapter = self.root / "book" / f"{notebook.stem}.md"
-            ran = cells[-1][3]
-            if notebook in self.failed or not chapter.is_file():
-                continue
-            self._cache(chapter, ran, cells)
-
-    def _cache(self, chapter: Path, ran, cells) -> None:
+    def _cache(self, chapter: Path, ran: list, cells: list) -> None:
         import nbformat
         from jupyter_cache import get_cache
         from jupyter_cache.base import CacheBundleIn
@@ -58,19 +69,15 @@ class ChapterOutputs:
 
         book = read_myst_markdown_notebook(chapter.read_text(), add_source_map=True, path=str(chapter))
         code = [cell for cell in book.cells if cell.cell_type == "code"]
-        executed = [cell for cell in ran.cells if cell.cell_type == "code"
-                    and "colab" not in cell.metadata.get("tags", [])]
-        offset = len([cell for cell in ran.cells if cell.cell_type == "code"]) - len(executed)
-        outputs = {n - offset: outs for n, outs, _, _ in cells if n >= offset}
-        if [c.source for c in code] != [c.source for c in executed] or sorted(outputs) != list(range(len(code))):
+        first = len(ran) - len(code)  # tools/notebooks.py's Colab cell comes before
+        outputs = {number - first: outs for number, outs, _ in cells if number >= first}
+        if [c.source for c in code] != [c.source for c in ran[first:]] or len(outputs) != len(code):
             return  # not this chapter's cells, or not all of them ran
         for number, cell in enumerate(code):
             cell.outputs = [nbformat.from_dict(dict(out)) for out in outputs[number]]
             cell.execution_count = number + 1
-        cache = get_cache(self.root / "_build" / ".jupyter_cache")  # jupyter-book's default
-        cache.cache_notebook_bundle(
-            CacheBundleIn(book, str(chapter), data={"execution_seconds": sum(c[2] for c in cells)}),
-            check_validity=False, overwrite=True)
+        bundle = CacheBundleIn(book, str(chapter), data={"execution_seconds": sum(c[2] for c in cells)})
+        get_cache(self.cache).cache_notebook_bundle(bundle, check_validity=False, overwrite=True)
 
 
 def pytest_collection_modifyitems(config, items):
@@ -80,12 +87,6 @@ def pytest_collection_modifyitems(config, items):
     for item in items:
         if "gpu" in item.keywords:
             item.add_marker(skip)
-
-
-@pytest.fixture(autouse=True, scope="session")
-def data_cache(tmp_path_factory):
-    """Prepared corpora go to a folder of the test session, not the user's cache."""
-    os.environ["TRANSFORMER_CACHE"] = str(tmp_path_factory.mktemp("transformer-cache"))
 
 
 @pytest.fixture

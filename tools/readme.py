@@ -53,8 +53,9 @@ def setup_times() -> str:
         f"From a fresh clone on a {record['cpu_count']}-core CPU: `make install` takes "
         f"{_minutes(runs['make install']['seconds'])} (with pip's download cache), then "
         f"`make test` {_minutes(runs['make test']['seconds'])}, `make book` "
-        f"{_minutes(runs['make book']['seconds'])} (it reuses the models that `make test` "
-        f"trained) and `make train` {_minutes(runs['make train']['seconds'])}. "
+        f"{_minutes(runs['make book']['seconds'])} (it executes no chapter: it builds from "
+        f"the outputs of `make test`'s run of them) and `make train` "
+        f"{_minutes(runs['make train']['seconds'])}. "
         f"The final model of `make train` translates {exact[0]} of the test numbers "
         "exactly (greedy decoding)"
         + (f"; with seeds 1 and 2, {' and '.join(exact[1:])}" if exact[1:] else "")
