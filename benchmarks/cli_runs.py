@@ -35,6 +35,7 @@ from pathlib import Path
 
 from report import spread, write_report
 from transformer.checkpoints import newest_checkpoints
+from transformer.cli import main as cli
 
 REPO = Path(__file__).resolve().parent.parent
 
@@ -62,14 +63,17 @@ def train(args: argparse.Namespace, seed: int, out: Path, data: list[str]) -> di
 
 
 def evaluate(out: Path, data: list[str], split: str, scores: Path, alpha: float | None = None) -> dict:
-    """evaluate's scores of the run folder (or checkpoint) `out` on `split`, and its command."""
+    """evaluate's scores of the run folder (or checkpoint) `out` on `split`, and its command.
+    The command runs in this process (cli.main, what `python -m transformer` calls), which
+    scores as a new process would and saves starting one for each split and alpha."""
     options = [] if alpha is None else ["--alpha", str(alpha)]
-    command = [sys.executable, "-m", "transformer", "evaluate", "--checkpoint", str(out), *data,
-               "--split", split, *options]
-    run([*command, "--json", str(scores)])
+    command = ["evaluate", "--checkpoint", str(out), *data, "--split", split, *options]
+    print("$ python -m transformer", " ".join(command), flush=True)
+    if cli([*command, "--json", str(scores)]) != 0:
+        raise SystemExit(f"evaluate {' '.join(command[1:])} failed")
     record = json.loads(scores.read_text().splitlines()[-1])
     keys = ("bleu", "tokenized_bleu", "chrf", "signature", "tokenized_signature")
-    return {**{key: record[key] for key in keys}, "evaluate": " ".join(["python", *command[1:]])}
+    return {**{key: record[key] for key in keys}, "evaluate": " ".join(["python -m transformer", *command])}
 
 
 def one_seed(args: argparse.Namespace, seed: int, scores: Path) -> dict:
