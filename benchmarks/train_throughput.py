@@ -54,7 +54,33 @@ import transformer.trainer
 from transformer import Trainer, TrainingConfig, Transformer, TransformerConfig
 from transformer.positional import sinusoidal_positional_encoding
 
-PEAK_TFLOPS = {"H100": 989.0, "H200": 989.0, "A100": 312.0}  # dense bf16 tensor-core peaks
+# Dense (no sparsity) bf16 tensor-core peaks in TFLOP/s, keyed by the exact name that
+# torch.cuda.get_device_name reports. Source: NVIDIA's datasheets (H100: SXM 989, PCIe 756,
+# NVL 835; H200: SXM 989, NVL 835; A100: 312 for SXM4 and PCIe, 40 and 80 GB). The datasheets
+# print the peaks with sparsity; the dense ones are half of those. A model is matched by its
+# whole name, never a part of it: "NVIDIA H200" is not "NVIDIA H200 NVL".
+PEAK_TFLOPS = {
+    "NVIDIA H100 80GB HBM3": 989.0,  # H100 SXM5
+    "NVIDIA H100 PCIe": 756.0,
+    "NVIDIA H100 NVL": 835.0,
+    "NVIDIA H200 NVL": 835.0,  # before the SXM's name, which is a part of it (see trainer_step.py)
+    "NVIDIA H200": 989.0,  # H200 SXM
+    "NVIDIA A100-SXM4-80GB": 312.0,
+    "NVIDIA A100-SXM4-40GB": 312.0,
+    "NVIDIA A100 80GB PCIe": 312.0,
+    "NVIDIA A100-PCIE-40GB": 312.0,
+}
+
+
+def peak_tflops(name: str) -> float:
+    """The dense bf16 peak of the GPU torch.cuda.get_device_name calls `name`, from PEAK_TFLOPS;
+    a GPU not in it is refused rather than given another model's peak (and a wrong MFU)."""
+    try:
+        return PEAK_TFLOPS[name]
+    except KeyError:
+        raise ValueError(f"no dense bf16 peak known for the GPU {name!r}, so no MFU; "
+                         f"known: {', '.join(sorted(PEAK_TFLOPS))}. Add its datasheet's "
+                         f"figure to PEAK_TFLOPS in benchmarks/train_throughput.py") from None
 
 
 class TorchPeer(nn.Module):
@@ -274,7 +300,7 @@ def main():
     config = TransformerConfig(**{**config.to_dict(), "dropout": 0.1, "attention_dropout": 0.1, "activation_dropout": 0.1})
     src, tgt = make_batch(config, args.batch, args.length, device, args.min_length)
     dtypes = [{"fp32": None, "bf16": torch.bfloat16}[p] for p in args.precisions]
-    peak = next((v for k, v in PEAK_TFLOPS.items() if device.type == "cuda" and k in torch.cuda.get_device_name(device)), None)
+    peak = peak_tflops(torch.cuda.get_device_name(device)) if device.type == "cuda" else None
     cases = [(name, dtype, compiled) for compiled in [False] + [True] * args.compile for dtype in dtypes
              for name in ("ours", "torch.nn.Transformer")]
     best: dict[tuple, dict] = {}

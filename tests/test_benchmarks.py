@@ -322,3 +322,27 @@ def test_every_records_command_is_what_ran_and_runs_at_this_commit(record, monke
     changed = {key: (value, today[key]) for key, value in given.items()
                if key in today and today[key] != value}
     assert not changed, f"{record}: recorded args (then, today): {changed}"
+
+
+def test_the_gpus_peak_is_looked_up_by_its_exact_name(monkeypatch):
+    """MFU divides by the GPU's dense bf16 peak, found by the whole name that
+    torch.cuda.get_device_name reports: an H100 PCIe or NVL, or an H200 NVL, is not given the
+    SXM's 989 TFLOP/s, and a GPU not in the table is refused with a message naming it and the
+    known ones (never a peak of None, or another model's)."""
+    monkeypatch.syspath_prepend(str(BENCHMARKS))
+    from train_throughput import PEAK_TFLOPS, peak_tflops
+
+    assert peak_tflops("NVIDIA H100 80GB HBM3") == 989.0
+    assert peak_tflops("NVIDIA H100 PCIe") == 756.0
+    assert peak_tflops("NVIDIA H100 NVL") == 835.0
+    assert peak_tflops("NVIDIA H200") == 989.0
+    assert peak_tflops("NVIDIA H200 NVL") == 835.0
+    assert peak_tflops("NVIDIA A100-SXM4-80GB") == 312.0
+    for unknown in ("NVIDIA H100", "H200", "NVIDIA GeForce RTX 4090", "NVIDIA H200 NVL 2"):
+        with pytest.raises(ValueError, match=re.escape(repr(unknown))) as refusal:
+            peak_tflops(unknown)
+        assert "NVIDIA H100 PCIe" in str(refusal.value) and "NVIDIA H200 NVL" in str(refusal.value)
+    # trainer_step.py still finds the first key contained in the name: the NVL's name comes
+    # before the SXM's, which is a part of it, so that lookup also gives each name its own peak
+    for name, peak in PEAK_TFLOPS.items():
+        assert next(v for k, v in PEAK_TFLOPS.items() if k in name) == peak, name
