@@ -300,3 +300,64 @@ def test_every_record_shown_without_a_commit_is_marked_history():
     unmarked = [f"{path.name}:{line}: {name}" for path in documents()
                 for line, name in unmarked_history(path.read_text())]
     assert not unmarked, f"records without a commit, not marked history: {unmarked}"
+
+
+HOW_MADE = re.compile(r"\b(rebuilt|transcribed|re-scored)\b", re.I)
+
+
+@functools.cache
+def not_as_written(name: str) -> frozenset[str]:
+    """How a record was made where it was not written by its own command as measured: the
+    words of HOW_MADE that its `lacks` says (rebuilt by hand, transcribed from printed
+    lines), and re-scored where it holds `scored_again` (scores of another machine)."""
+    record = json.loads((RESULTS / name).read_text())
+    lacks = record.get("lacks") or []
+    said = {word.lower() for word in HOW_MADE.findall(" ".join(map(str, lacks)))}
+    return frozenset(said | ({"re-scored"} if "scored_again" in record else set()))
+
+
+def unsaid_how_made(text: str) -> list[tuple[int, str, str]]:
+    """(line, record, word) for each record the document reads or names (a glob: each
+    record it matches) that was rebuilt, transcribed or re-scored, where the section around
+    it (from its innermost heading to the next heading) does not say so in what a reader
+    sees: prose, a prose directive, a README record block; not code or HTML comments."""
+    seen = text
+    for pattern in (HIDDEN[0], HIDDEN[2], HIDDEN[3], HIDDEN[4]):  # front matter, comments, code
+        seen = pattern.sub(lambda m: re.sub(r"[^\n]", " ", m[0]), seen)
+    lines, shown = text.splitlines(), seen.splitlines()
+    starts = [i for i, line in enumerate(shown) if re.match(r"#{1,6} ", line)]
+    found = []
+    for i, line in enumerate(lines):
+        start = max((s for s in starts if s <= i), default=0)
+        end = next((s for s in starts if s > i), len(lines))
+        said = {w.lower() for w in HOW_MADE.findall(" ".join(shown[start:end]))}
+        names = {r.name for n in RECORD.findall(line) for r in RESULTS.glob(n)}
+        found += [(i + 1, n, word) for n in sorted(names)
+                  for word in sorted(not_as_written(n) - said)]
+    return found
+
+
+def test_a_rebuilt_or_transcribed_record_is_said_so_where_shown():
+    assert not_as_written("multi30k_en_de_lc_gpu.json") == {"rebuilt", "re-scored"}
+    assert not_as_written("decoding_gpu_static_cache.json") == {"transcribed"}
+    load = "```python\nload('decoding_gpu_static_cache.json')  # transcribed\n```\n"
+    assert unsaid_how_made("# Speed\n\n" + load) == [
+        (4, "decoding_gpu_static_cache.json", "transcribed")]
+    assert not unsaid_how_made("# Speed\n\nFigures transcribed from printed lines.\n\n" + load)
+    # said in another section, or in a comment, does not count; a glob is each record
+    assert unsaid_how_made("# A\n\nTranscribed.\n\n## B\n\n<!-- transcribed -->\n"
+                           "`decoding_gpu_*.json`\n") == [
+        (8, "decoding_gpu_static_cache.json", "transcribed")]
+    said = "# R\n\nRebuilt by hand, then re-scored: `multi30k_en_de_lc_gpu.json`\n"
+    assert not unsaid_how_made(said)
+    assert unsaid_how_made(said.replace("re-scored", "scored")) == [
+        (3, "multi30k_en_de_lc_gpu.json", "re-scored")]
+
+
+def test_every_record_shown_rebuilt_or_transcribed_is_said_so_where_shown():
+    """Issue 70: a figure from a record rebuilt by hand, transcribed from printed lines or
+    re-scored on another machine says so in words in the section that shows it, as
+    history is marked where a record without a commit is shown."""
+    unsaid = [f"{path.name}:{line}: {name} ({word})" for path in documents()
+              for line, name, word in unsaid_how_made(path.read_text())]
+    assert not unsaid, f"records shown without saying how they were made: {unsaid}"

@@ -86,7 +86,11 @@ def _cli_row(names: list[str], task: str, metric: str = "tokenized_bleu") -> str
     seeds = {seed: run for name in names for seed, run in _record(name)["seeds"].items()}
     commits = [_record(name)["git"]["commit"][:7] for name in names
                for _ in _record(name)["seeds"]]
-    at = f" at commits {_and(commits)}" if len(set(commits)) > 1 else ""
+    if len(set(commits)) > 1:  # each seed ran different code: say so beside the spread
+        at = (f" at commits {_and(commits)}, whose code differed (the CPU step too), so the "
+              "spread is of seed and code together")
+    else:
+        at = f" at commit {commits[0]}"
     train = next(iter(seeds.values()))["train"]
     options = " ".join(o for o in train.split() if o in ("--lowercase", "--max-minutes"))
     minutes = train.split("--max-minutes ")[1].split()[0]
@@ -109,9 +113,26 @@ def _gpu_row(name: str) -> str:
     return (
         f"| Multi30k EN-DE, lowercased, one GPU | `train --lowercase` then `evaluate`; "
         f"{run['steps']:,} updates in {run['trainer_minutes']:.0f} minutes on one "
-        f"{record['machine']}, seed 0 at commit {record['git']['commit'][:7]} "
+        f"{record['machine']}, seed 0 at commit {record['git']['commit'][:7]}"
+        f"{_how_obtained(record)} "
         f"| {run['test']['tokenized_bleu']:.2f} tokenized BLEU | `{name}` |"
     )
+
+
+def _how_obtained(record: dict) -> str:
+    """What a record's `lacks` says of how it was made, where that was not by its command:
+    rebuilt by hand, re-scored (a clause with its leading comma and space, or nothing)."""
+    lacks = " ".join(record.get("lacks", []))
+    said = []
+    if "rebuilt" in lacks:
+        said.append("the record rebuilt by hand from the run's log, metrics and final model "
+                    "(the one its command wrote on the GPU was lost)")
+    if "scored_again" in record:
+        again = record["scored_again"]
+        said.append(f"its tokenized BLEU re-scored on an {again['machine']} "
+                    f"(torch {again['torch']}; the re-score's commit and other versions "
+                    "were not recorded)")
+    return "; " + "; ".join(said) if said else ""
 
 
 METRICS = {"tokenized_bleu": "tokenized BLEU", "bleu": "sacreBLEU"}
