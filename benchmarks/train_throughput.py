@@ -63,7 +63,7 @@ PEAK_TFLOPS = {
     "NVIDIA H100 80GB HBM3": 989.0,  # H100 SXM5
     "NVIDIA H100 PCIe": 756.0,
     "NVIDIA H100 NVL": 835.0,
-    "NVIDIA H200 NVL": 835.0,  # before the SXM's name, which is a part of it (see trainer_step.py)
+    "NVIDIA H200 NVL": 835.0,
     "NVIDIA H200": 989.0,  # H200 SXM
     "NVIDIA A100-SXM4-80GB": 312.0,
     "NVIDIA A100-SXM4-40GB": 312.0,

@@ -67,7 +67,7 @@ import numpy as np
 import torch
 
 from report import machine, spread, write_report
-from train_throughput import PEAK_TFLOPS, TorchPeer, bare_step, sync
+from train_throughput import TorchPeer, bare_step, peak_tflops, sync
 from transformer import Trainer, TrainingConfig, TransformerConfig, label_smoothed_loss
 from transformer.data import PAD, prepare_data
 from transformer.devices import autocast
@@ -231,7 +231,7 @@ def measure(model_config, corpus: Path, args, work: Path, changes: dict | None =
         trainer.forward_loss = variant
     sync(device)
     config = trainer.model.config  # with the vocabulary of the tokenizer
-    peak = next((v for k, v in PEAK_TFLOPS.items() if device.type == "cuda" and k in torch.cuda.get_device_name(device)), None)
+    peak = peak_tflops(torch.cuda.get_device_name(device)) if device.type == "cuda" else None
     peer = None
     if args.peer and trainer.config.pack_length is None:  # the peer takes padded batches
         peer = TorchPeer(config).to(device).train()

@@ -342,7 +342,4 @@ def test_the_gpus_peak_is_looked_up_by_its_exact_name(monkeypatch):
         with pytest.raises(ValueError, match=re.escape(repr(unknown))) as refusal:
             peak_tflops(unknown)
         assert "NVIDIA H100 PCIe" in str(refusal.value) and "NVIDIA H200 NVL" in str(refusal.value)
-    # trainer_step.py still finds the first key contained in the name: the NVL's name comes
-    # before the SXM's, which is a part of it, so that lookup also gives each name its own peak
-    for name, peak in PEAK_TFLOPS.items():
-        assert next(v for k, v in PEAK_TFLOPS.items() if k in name) == peak, name
+    assert all(peak_tflops(name) == peak for name, peak in PEAK_TFLOPS.items())
