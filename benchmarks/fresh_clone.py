@@ -32,7 +32,7 @@ from report import write_report
 REPO = Path(__file__).resolve().parent.parent
 
 
-def run(command: str, cwd: Path, env: dict[str, str]) -> dict:
+def run(command: str, cwd: Path, env: dict[str, str], log: Path | None) -> dict:
     print(f"$ {command}", flush=True)
     started = time.perf_counter()
     done = subprocess.run(command, shell=True, cwd=cwd, env=env, capture_output=True, text=True)
@@ -40,6 +40,9 @@ def run(command: str, cwd: Path, env: dict[str, str]) -> dict:
     # the clone's temporary folder is no path of the repository's: CLONE stands for it
     output = done.stdout.replace(str(cwd), "CLONE").splitlines()
     errors = done.stderr.replace(str(cwd), "CLONE").splitlines()
+    if log is not None:  # the whole output, for what the record's last lines leave out
+        with log.open("a") as file:
+            file.write("\n".join([f"$ {command}", *output, *errors, ""]))
     result = {"command": command, "seconds": round(seconds, 1), "returncode": done.returncode,
               "tail": output[-5:] + (errors[-5:] if done.returncode else [])}
     exact = [m for line in output if (m := re.search(r"exact match on the test split ([\d.]+)%", line))]
@@ -53,6 +56,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--commands", nargs="+", required=True, help="shell commands run in order in the clone")
     parser.add_argument("--out", type=Path, required=True, help="the JSON record to write")
+    parser.add_argument("--log", type=Path, help="a file to append every command's whole output to")
     args = parser.parse_args()
     commit = subprocess.run(["git", "rev-parse", "HEAD"], cwd=REPO, capture_output=True, text=True,
                             check=True).stdout.strip()
@@ -65,7 +69,7 @@ def main() -> None:
             (work / "shared").symlink_to(shared.resolve())
         env = {**os.environ, "TRANSFORMER_CACHE": str(work / "cache")}
         env.pop("VIRTUAL_ENV", None)
-        results = [run(command, clone, env) for command in args.commands]
+        results = [run(command, clone, env, args.log) for command in args.commands]
     finally:
         shutil.rmtree(work, ignore_errors=True)
     write_report(args.out, {"cloned_commit": commit, "cpu_count": os.cpu_count(), "runs": results})
