@@ -271,11 +271,13 @@ def test_train_ends_with_the_average_of_its_last_checkpoints(run_folder):
 
 
 def test_a_cooled_down_run_ends_on_its_newest_checkpoint_unless_told_to_average(tiny_corpus, tmp_path, capsys):
-    for more, final in [([], "checkpoint-00000003.pt (averaging is off)"),
-                        (["--average-last", "5"], "checkpoint_average.pt, the average of the checkpoints of steps 2, 3")]:
-        out = tmp_path / f"run{len(more)}"
+    newest = "checkpoint-00000003.pt (averaging is off)"
+    for i, (how, more, final) in enumerate([
+            (["--cooldown", "0.5"], [], newest), (["--schedule", "planned"], [], newest),
+            (["--cooldown", "0.5"], ["--average-last", "5"], "checkpoint_average.pt, the average of the checkpoints of steps 2, 3")]):
+        out = tmp_path / f"run{i}"
         assert main(["train", "--data", str(tiny_corpus), "--max-steps", "3", "--max-tokens", "200", "--vocab-size", "60",
-                     "--precision", "fp32", "--cooldown", "0.5", "--out", str(out), *more]) == 0
+                     "--precision", "fp32", *how, "--out", str(out), *more]) == 0
         assert f"final model: {final}" in capsys.readouterr().out
         assert (out / "checkpoint_average.pt").exists() == bool(more)
 
@@ -304,6 +306,7 @@ BAD_INPUTS = [  # (arguments after the command, what the one-line answer must sa
     (["train", "--max-steps", "1", "--dropout", "1"], "argument --dropout: expected a number in [0, 1), got 1"),
     (["train", "--max-steps", "1", "--label-smoothing", "1"], "label_smoothing must be in [0, 1); got 1.0"),
     (["train", "--max-steps", "1", "--cooldown", "1"], "argument --cooldown: expected a number in [0, 1), got 1"),
+    (["train", "--max-steps", "1", "--schedule", "cosine"], "argument --schedule: invalid choice: 'cosine'"),
     (["train", "--max-steps", "1", "--vocab-size", "3", "--out", "{tmp}/new"], "vocab_size=3 is too small"),
     (["train", "--max-steps", "1", "--device", "banana"], "unknown device 'banana'"),
     (["train", "--max-steps", "1", "--device", "cuda:99"], "device 'cuda:99' asked for; this machine has"),

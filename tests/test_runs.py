@@ -15,6 +15,7 @@ from transformer.runs import (
     cooldown_factor,
     deferred_signals,
     forget_metrics_after,
+    plan_schedule,
     run_log,
     scaled_rates,
 )
@@ -46,6 +47,24 @@ def test_the_cooldown_factor_is_the_written_out_line():
     for done in (0.0, 0.5, 0.75, 0.8, 0.9, 0.95, 1.0):
         assert cooldown_factor(done, 0.25) == pytest.approx(min(1.0, (1 - done) / 0.25))
         assert cooldown_factor(done, 0.0) == 1.0
+
+
+def test_a_plan_continues_the_ramp_to_the_peak_then_falls_to_zero_as_written_out():
+    """Oracle, by hand: 1,000 updates, planned after update 30 (made at 0.3e-3); warm-up a
+    tenth of them (100, under the 800 allowed), then a line from the peak at a tenth of the
+    run to 0 at its end."""
+    plan = plan_schedule(1000, warmup_steps=800, peak=1e-3, start=30, rate=0.3e-3)
+    assert (plan.updates, plan.warmup) == (1000, 100)
+    assert plan.rate(31, 0.031) == pytest.approx(0.3e-3 + 0.7e-3 / 70)
+    assert plan.rate(65, 0.065) == pytest.approx(0.65e-3)
+    assert plan.rate(100, 0.1) == pytest.approx(1e-3)
+    assert plan.rate(550, 0.55) == pytest.approx(0.5e-3)
+    assert plan.rate(550, 0.775) == pytest.approx(0.25e-3), "the fall follows the run's time"
+    assert plan.rate(90, 0.9) == pytest.approx(1e-4 / 0.9), "a run slower than planned falls early"
+    assert plan.rate(1000, 1.0) == 0.0
+    assert plan_schedule(100_000, 800, 1e-3).warmup == 800, "at most the preset's warm-up"
+    late = plan_schedule(20, 800, 1e-3, start=30)
+    assert (late.updates, late.warmup) == (32, 31), "a budget already spent: one update up, one down"
 
 
 def test_scaled_rates_scale_within_the_block_and_restore_after_an_error():

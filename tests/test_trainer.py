@@ -251,6 +251,10 @@ def test_bad_training_configs_raise():
     for cooldown in (1.0, -0.1, float("nan")):
         with pytest.raises(ValueError, match=r"cooldown must be in \[0, 1\); got "):
             TrainingConfig(max_steps=1, cooldown=cooldown)
+    with pytest.raises(ValueError, match=r"schedule must be one of \('auto', 'paper', 'planned'\); got 'cosine'"):
+        TrainingConfig(max_steps=1, schedule="cosine")
+    with pytest.raises(ValueError, match="give schedule='planned' or a cooldown, not both"):
+        TrainingConfig(max_steps=1, schedule="planned", cooldown=0.2)
     with pytest.raises(ValueError, match="pack_length must be a multiple of 8 .*; got 50"):
         TrainingConfig(max_steps=1, pack_length=50)
     with pytest.raises(ValueError, match="pack_length must be a positive integer; got 0"):
@@ -292,17 +296,19 @@ def test_ddp_on_two_cpu_processes_matches_one_process_with_accumulation(tiny_cor
     assert not torch.equal(rank0["encoder.layers.0.feed_forward.w_1.weight"], Trainer.from_config(config, _config(tiny_corpus), tmp_path / "fresh").model.state_dict()["encoder.layers.0.feed_forward.w_1.weight"]), "training moved the weights"
 
 
-def test_ddp_processes_cool_down_by_rank_0s_clock(tiny_corpus, tmp_path):
-    """A cool-down over time: each process's own clock would give each replica its own
-    rate, and the replicas would drift apart."""
+def test_ddp_processes_plan_and_cool_down_by_rank_0s_clock(tiny_corpus, tmp_path):
+    """A run of minutes plans its schedule from rank 0's measured rate and falls to 0 by
+    rank 0's clock: each process's own would give each replica its own rate, and the
+    replicas would drift apart."""
     out = tmp_path / "ddp"
-    # 0.6 s: several of rank 0's broadcasts (every log_every steps), even on a loaded CPU
-    overrides = {"max_steps": 10_000, "max_minutes": 0.01, "cooldown": 0.99, "log_every": 2}
+    # 3 s: past the plan (update 30) and several of rank 0's broadcasts, on a loaded CPU
+    overrides = {"max_steps": 10_000, "max_minutes": 0.05, "log_every": 2}
     mp.spawn(_ddp_worker, args=(2, _free_port(), str(tiny_corpus), str(out), overrides), nprocs=2, join=True)
     rank0, rank1 = torch.load(out / "rank0.pt"), torch.load(out / "rank1.pt")
     for name in rank0:
         assert torch.equal(rank0[name], rank1[name]), f"replicas differ in {name}"
     logged = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
+    assert [r["step"] for r in logged if "plan" in r] == [30], "one plan, after update 30"
     last = [r for r in logged if "lr" in r][-1]  # the paper's rate, written out, and the rate used
     paper = 32**-0.5 * min(last["step"] ** -0.5, last["step"] * 10**-1.5)
     assert last["lr"] < 0.9 * paper, "the rate cooled down"
@@ -439,6 +445,35 @@ def test_the_cooldown_does_not_compound_in_a_chainable_schedule(tiny_corpus, tmp
     assert rates == pytest.approx([0.1, 0.1, 0.1 * 2 / 3, 0.1 / 3], rel=1e-12)
     assert trainer.optimizer.param_groups[0]["lr"] == pytest.approx(0.1, rel=1e-12)
     assert trainer.rate_factor == 1.0, "a train_step after fit takes the schedule's rate"
+
+
+def test_a_planned_schedule_of_steps_rises_and_falls_as_written_out(tiny_corpus, tmp_path):
+    """Oracle: warm-up over a tenth of 20 updates (2), to the paper's curve at its warm-up
+    (10), then a line to 0 at the end; update u is taken with (u - 1) / 20 of the run done."""
+    trainer = Trainer.from_config(TINY, _config(tiny_corpus, max_steps=20, schedule="planned"), tmp_path / "run")
+    rates = _rates_used(trainer)
+    trainer.fit(progress=False)
+    peak = TINY.d_model**-0.5 * 10**-0.5
+    line = [min(u / 2, (1 - (u - 1) / 20) / (1 - 2 / 20), 1.0) * peak for u in range(1, 21)]
+    assert rates == pytest.approx(line, rel=1e-12)
+
+
+def test_a_run_of_minutes_plans_its_schedule_after_its_30th_update(tiny_corpus, tmp_path):
+    """Oracle: the paper's formula written out until the plan; then at most its peak, and
+    close to 0 at the end of the budget."""
+    config = _config(tiny_corpus, max_steps=None, max_minutes=0.1, eval_every=10**6)
+    trainer = Trainer.from_config(TINY, config, tmp_path / "run")
+    rates = _rates_used(trainer)
+    trainer.fit(progress=False)
+    paper = [TINY.d_model**-0.5 * min(u**-0.5, u * 10**-1.5) for u in range(1, 31)]
+    assert rates[:30] == pytest.approx(paper, rel=1e-12), "the paper's warm-up until the plan"
+    logged = [json.loads(line) for line in (tmp_path / "run" / "metrics.jsonl").read_text().splitlines()]
+    plans = [r["plan"] for r in logged if "plan" in r]
+    assert len(plans) == 1 and plans[0]["start"] == 30 and plans[0]["updates"] > 31, plans
+    assert plans[0]["start_rate"] == pytest.approx(paper[29], rel=1e-12)
+    assert "schedule planned for 0.1 min" in plans[0]["text"]
+    peak = TINY.d_model**-0.5 * 10**-0.5
+    assert max(rates) <= peak * (1 + 1e-12) and rates[-1] < 0.3 * peak, (max(rates), rates[-1])
 
 
 def test_a_run_resumed_in_its_cooldown_ends_with_the_uninterrupted_runs_weights(tiny_corpus, tmp_path):

@@ -222,6 +222,13 @@ def _add_schedule_options(group: argparse._ArgumentGroup) -> None:
         help="over this last fraction of the run, the rate's multiplier falls "
         "linearly from 1 to 0 (default 0: the paper's curve alone)",
     )
+    group.add_argument(
+        "--schedule",
+        choices=["auto", "paper", "planned"],
+        help="the rate's schedule: the paper's, or planned for the budget (warm-up, "
+        "then a linear fall to 0 at its end); default auto: planned for a run of "
+        "--max-minutes without --cooldown",
+    )
     group.add_argument("--label-smoothing", type=float, help="epsilon_ls (paper: 0.1)")
 
 
@@ -259,7 +266,8 @@ def _add_run_options(group: argparse._ArgumentGroup) -> None:
         "--average-last",
         type=_number(int),
         help="the final model averages the newest N checkpoints of the run's last "
-        "third (default 5, the paper's; after a --cooldown, 1: the newest checkpoint)",
+        "third (default 5, the paper's; after a --cooldown or a planned schedule, 1: "
+        "the newest checkpoint)",
     )
 
 
@@ -309,7 +317,8 @@ def _train(args: argparse.Namespace) -> int:
     if "interrupted" in result:
         return 128 + result["interrupted"]  # the shell's status for a signal
     if trainer.rank == 0:
-        n = args.average_last or (1 if trainer.config.cooldown else 5)
+        cooled = trainer.config.cooldown or trainer.config.planned  # the rate fell to 0
+        n = args.average_last or (1 if cooled else 5)
         final, note = write_final_model(trainer.out, n)
         print(note)
         summary = f"done: {result['step']} steps in {result['minutes']:.1f} min"

@@ -11,6 +11,7 @@ import sys
 import threading
 import time
 from collections.abc import Callable, Iterator
+from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -47,6 +48,14 @@ class Clock:
 
     def checkpointed(self) -> None:
         self.last_checkpoint = time.perf_counter()
+
+    def rank0(self, value: float) -> float:
+        """Rank 0's `value`, on every process."""
+        if self.world_size == 1:
+            return value
+        value = torch.tensor(value, device=self.device, dtype=torch.float64)
+        dist.broadcast(value, 0)
+        return value.item()
 
     def decide(self, step: int) -> tuple[bool, bool]:
         """(stop now, checkpoint now) after `step` steps."""
@@ -88,6 +97,85 @@ def scaled_rates(optimizer: torch.optim.Optimizer, factor: float) -> Iterator[No
     finally:
         for group, rate in zip(optimizer.param_groups, rates):
             group["lr"] = rate
+
+
+WARMUP_SHARE = 0.1  # a planned warm-up: this share of the projected updates, at most
+
+
+@dataclass(frozen=True)
+class Plan:
+    """A schedule for a run's budget, projected to hold `updates` updates: after
+    update `start` (made at `start_rate`), the rate rises linearly to `peak` at update
+    `warmup`, then falls linearly to 0 at the end of the budget."""
+
+    updates: int
+    warmup: int
+    peak: float
+    start: int = 0
+    start_rate: float = 0.0
+
+    def rate(self, update: int, done: float) -> float:
+        """The rate of update number `update` (from 1), made once `done` (0 to 1) of
+        the run is done."""
+        rise = min(1.0, (update - self.start) / (self.warmup - self.start))
+        rise = self.start_rate + (self.peak - self.start_rate) * rise
+        fall = self.peak * (1.0 - done) / (1.0 - self.warmup / self.updates)
+        return max(0.0, min(rise, fall))
+
+    def describe(self, minutes: float | None) -> str:
+        budget = f"{minutes:g} min" if minutes else f"{self.updates:,} updates"
+        return (f"schedule planned for {budget} (about {self.updates:,} updates): the "
+                f"rate rises to {self.peak:.2e} at update {self.warmup:,}, then falls "
+                f"linearly to 0 at the end")
+
+
+def plan_schedule(
+    updates: int, warmup_steps: int, peak: float, start: int = 0, rate: float = 0.0
+) -> Plan:
+    """The plan, after update `start` (made at `rate`), of a run projected to hold
+    `updates` updates; its warm-up: WARMUP_SHARE of them, at most warmup_steps."""
+    updates = max(updates, start + 2)  # one update of warm-up at least, one of fall
+    warmup = min(warmup_steps, round(WARMUP_SHARE * updates))
+    return Plan(updates, min(max(warmup, start + 1), updates - 1), peak, start, rate)
+
+
+PLAN_UPDATES = (10, 30)  # a run of minutes measures its rate between these updates
+
+
+class Planner:
+    """The rate of each update of a run: the paper's schedule until a plan is made
+    (config.planned: from max_steps at once, or measured in a run of minutes)."""
+
+    def __init__(self, config: TrainingConfig, clock: Clock, peak: float, step: int):
+        self.config, self.clock, self.peak, self.first = config, clock, peak, step
+        self.plan, self.mark = None, 0.0  # mark: the minutes at the first update counted
+        if config.planned and config.max_minutes is None:
+            self.plan = plan_schedule(config.max_steps, config.warmup_steps, peak)
+
+    def rate(self, update: int, done: float, paper: float) -> float:
+        """The rate of update number `update`: the paper's (`paper`), or the plan's."""
+        if self.plan is None:
+            return paper * cooldown_factor(done, self.config.cooldown)
+        return self.plan.rate(update, done)
+
+    def measure(self, step: int, rate: float) -> Plan | None:
+        """After update `step` (made at `rate`): the plan, when it is made now."""
+        if not self.config.planned or self.plan is not None:
+            return None
+        counted = step - self.first
+        if counted == PLAN_UPDATES[0]:
+            self.mark = self.clock.minutes()
+        if counted < PLAN_UPDATES[1]:
+            return None
+        minutes = self.clock.minutes()
+        per_minute = (counted - PLAN_UPDATES[0]) / (minutes - self.mark)
+        updates = step + int(per_minute * (self.config.max_minutes - minutes))
+        updates = int(self.clock.rank0(updates))  # one plan for every replica
+        if self.config.max_steps is not None:
+            updates = min(updates, self.config.max_steps)
+        warmup = self.config.warmup_steps
+        self.plan = plan_schedule(updates, warmup, self.peak, step, rate)
+        return self.plan
 
 
 class LossWindow:
@@ -137,7 +225,7 @@ def run_log(
     out: Path, total: int | None, initial: int, rank: int, progress: bool = True
 ) -> Iterator[Callable[[dict | None], None]]:
     """Yields log(record): rank 0 appends the record to out/metrics.jsonl and shows
-    it if it has a training loss; log(None) counts a step. Shown (on rank 0, with
+    it if it has a training loss or a plan; log(None) counts a step. Shown (on rank 0, with
     progress) as a tqdm bar on a terminal, as plain lines in a file. After the block
     the bar is closed, and log only writes."""
     show = progress and rank == 0
@@ -150,7 +238,11 @@ def run_log(
             return
         if rank == 0:
             append_metrics(out, record)
-        if "loss" not in record:  # a validation, or the final record
+        if "plan" in record and plain:
+            print(record["plan"]["text"], flush=True)
+        elif "plan" in record and show:
+            tqdm.write(record["plan"]["text"])
+        if "loss" not in record:  # a validation, a plan, or the final record
             return
         if plain:
             print(f"step {record['step']}: loss {record['loss']:.3f}, "
@@ -193,6 +285,9 @@ __all__ = [
     'Clock',
     'cooldown_factor',
     'scaled_rates',
+    'Plan',
+    'plan_schedule',
+    'Planner',
     'LossWindow',
     'append_metrics',
     'forget_metrics_after',

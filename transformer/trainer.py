@@ -47,13 +47,13 @@ from transformer.model import Transformer, TransformerConfig
 from transformer.runs import (
     Clock,
     LossWindow,
-    cooldown_factor,
+    Planner,
     deferred_signals,
     forget_metrics_after,
     run_log,
     scaled_rates,
 )
-from transformer.training import label_smoothed_loss, make_optimizer
+from transformer.training import label_smoothed_loss, learning_rate, make_optimizer
 
 
 @dataclass
@@ -73,6 +73,9 @@ class TrainingConfig:
     translate and evaluate with its checkpoints.
     cooldown: the last fraction of the run (of max_steps or max_minutes, whichever
     ends it), over which the rate's multiplier falls linearly from 1 to 0; 0: none.
+    schedule: "paper" (warmup_steps, lr_scale, then step^-0.5); "planned" for the
+    budget (Runs chapter: warm-up to the paper's peak, linear fall to 0 at the end);
+    "auto": planned for a run bounded by max_minutes without a cooldown.
     """
 
     data: str = "numbers"
@@ -86,6 +89,7 @@ class TrainingConfig:
     warmup_steps: int = 4000
     lr_scale: float = 1.0
     cooldown: float = 0.0
+    schedule: str = "auto"
     label_smoothing: float = 0.1
     precision: str = "auto"
     compile: bool | None = None
@@ -105,6 +109,13 @@ class TrainingConfig:
 
     def __post_init__(self) -> None:
         self._check()
+
+    @property
+    def planned(self) -> bool:
+        """Whether the schedule is planned for the budget (else: the paper's)."""
+        if self.schedule == "auto":
+            return self.max_minutes is not None and self.cooldown == 0
+        return self.schedule == "planned"
 
     def _check(self) -> None:
         """Every setting in its range, and a way to stop."""
@@ -139,6 +150,13 @@ class TrainingConfig:
         for name in ["label_smoothing", "cooldown"]:
             if not 0.0 <= (value := getattr(self, name)) < 1.0:
                 raise ValueError(f"{name} must be in [0, 1); got {value!r}")
+        if self.schedule not in SCHEDULES:
+            raise ValueError(f"schedule must be one of {SCHEDULES}; got {self.schedule!r}")
+        if self.schedule == "planned" and self.cooldown:
+            raise ValueError(
+                "a planned schedule falls to 0 at the end by itself: give schedule="
+                f"'planned' or a cooldown, not both (got cooldown={self.cooldown})"
+            )
         check_precision(self.precision)
 
     @classmethod
@@ -166,6 +184,9 @@ class TrainingConfig:
             if given.get("max_steps") is not None:
                 settings["checkpoint_every"] = max(1, given["max_steps"] // 15)
         return cls(**{**settings, **given})
+
+
+SCHEDULES = ("auto", "paper", "planned")
 
 
 TRAINING_PRESETS: dict[str, dict] = {
@@ -351,7 +372,7 @@ class Trainer:
             optimizer, schedule = make_optimizer(model, model.config.d_model,
                                                  config.warmup_steps, config.lr_scale)
         self.optimizer, self.schedule = optimizer, schedule
-        self.step, self.rate_factor = 0, 1.0  # rate_factor: set by fit's cool-down
+        self.step, self.rate_factor = 0, 1.0  # rate_factor: set by fit (Planner)
         self.dtype = autocast_dtype(config.precision, self.device)
         self.scaler = torch.amp.GradScaler(self.device.type,
                                            enabled=self.dtype == torch.float16)
@@ -426,7 +447,7 @@ class Trainer:
                 # DDP averages gradients over ranks; times world_size: a sum over tokens
                 self.scaler.scale(loss * (self.world_size / total)).backward()
             loss_sum += loss.detach()
-        with scaled_rates(self.optimizer, self.rate_factor):  # the cool-down's
+        with scaled_rates(self.optimizer, self.rate_factor):  # fit's Planner's
             self.scaler.step(self.optimizer)
         self.scaler.update()
         self.optimizer.zero_grad(set_to_none=True)
@@ -455,6 +476,9 @@ class Trainer:
         config = self.config
         metrics: dict[str, float] = {}
         clock = Clock(config, self.world_size, self.device)
+        peak = learning_rate(config.warmup_steps, self.model.config.d_model,
+                             config.warmup_steps, config.lr_scale)  # the paper's curve's
+        planner = Planner(config, clock, peak, self.step)
         window = LossWindow(self.device)
         with holding_folder(self):
             log_to = run_log(self.out, config.max_steps, self.step, self.rank, progress)
@@ -466,11 +490,14 @@ class Trainer:
                     if checkpoint_due:
                         self.save()
                         clock.checkpointed()
-                    done = clock.done(self.step)
-                    self.rate_factor = cooldown_factor(done, config.cooldown)
-                    rate = self.rate_factor * self.schedule.get_last_lr()[0]
+                    paper = self.schedule.get_last_lr()[0]
+                    rate = planner.rate(self.step + 1, clock.done(self.step), paper)
+                    self.rate_factor = rate / paper
                     window.add(*self.train_step())
                     log(None)
+                    if plan := planner.measure(self.step, rate):
+                        text = plan.describe(config.max_minutes)
+                        log({"step": self.step, "plan": {**asdict(plan), "text": text}})
                     last = self.step == config.max_steps
                     if self.step % config.log_every == 0 or last:
                         metrics = {"step": self.step, **window.read(self.world_size),
