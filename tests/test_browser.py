@@ -174,6 +174,22 @@ def test_page_layout(site, page_path):
     page.close()
 
 
+def test_the_landing_page_shows_the_path_in_its_first_screen(site):
+    """At 1280x900 the "Read, run, try" box ends above the fold, with no folded code bar
+    before it."""
+    browser, base = site
+    page = browser.new_page(viewport={"width": 1280, "height": 900})
+    page.goto(base + "intro.html", wait_until="load")
+    box = page.locator("div.admonition.tip", has_text="Read, run, try").first.bounding_box()
+    assert box is not None and box["y"] + box["height"] <= 900, box
+    bars = page.evaluate("""() => [...document.querySelectorAll('main details')]
+        .filter(d => d.offsetParent !== null).map(d => d.getBoundingClientRect().top)""")
+    assert not [y for y in bars if y < box["y"]], f"folded code bars above the box: {bars}"
+    assert len([y for y in bars if y < 900]) <= 1, f"folded code bars in the first screen: {bars}"
+    assert "make train" in page.locator("div.admonition.tip").first.inner_text()
+    page.close()
+
+
 MODELS = HTML / "_static" / "translate" / "models"
 
 
