@@ -209,9 +209,6 @@ class TransformerConfig:
         return getattr(cls, name)(**overrides)
 
 
-PRESETS = ("tiny", "small", "base", "big")
-
-
 class SublayerConnection(nn.Module):
     """A residual connection around a sub-layer, with dropout and layer normalization.
 
@@ -523,6 +520,9 @@ class Transformer(nn.Module):
         y = to_autocast_dtype(self.dropout(y))
         y = self.decoder(y, memory, cross, self_mask=own)
         return self.output(y) if project else y
+
+
+PRESETS = ("tiny", "small", "base", "big")
 
 
 __all__ = [

@@ -148,7 +148,7 @@ class Planner:
 
     def __init__(self, config: TrainingConfig, clock: Clock, peak: float, step: int):
         self.config, self.clock, self.peak, self.first = config, clock, peak, step
-        self.plan, self.mark = None, 0.0  # mark: the minutes at the first update counted
+        self.plan, self.mark = None, 0.0  # mark: minutes at the first update counted
         if config.planned and config.max_minutes is None:
             self.plan = plan_schedule(config.max_steps, config.warmup_steps, peak)
 
@@ -225,9 +225,9 @@ def run_log(
     out: Path, total: int | None, initial: int, rank: int, progress: bool = True
 ) -> Iterator[Callable[[dict | None], None]]:
     """Yields log(record): rank 0 appends the record to out/metrics.jsonl and shows
-    it if it has a training loss or a plan; log(None) counts a step. Shown (on rank 0, with
-    progress) as a tqdm bar on a terminal, as plain lines in a file. After the block
-    the bar is closed, and log only writes."""
+    it if it has a training loss or a plan; log(None) counts a step. Shown (on rank
+    0, with progress) as a tqdm bar on a terminal, as plain lines in a file. After
+    the block the bar is closed, and log only writes."""
     show = progress and rank == 0
     plain = show and not sys.stderr.isatty()
     bar = tqdm(total=total, initial=initial, unit="step", disable=not show or plain)

@@ -151,7 +151,9 @@ class TrainingConfig:
             if not 0.0 <= (value := getattr(self, name)) < 1.0:
                 raise ValueError(f"{name} must be in [0, 1); got {value!r}")
         if self.schedule not in SCHEDULES:
-            raise ValueError(f"schedule must be one of {SCHEDULES}; got {self.schedule!r}")
+            raise ValueError(
+                f"schedule must be one of {SCHEDULES}; got {self.schedule!r}"
+            )
         if self.schedule == "planned" and self.cooldown:
             raise ValueError(
                 "a planned schedule falls to 0 at the end by itself: give schedule="
@@ -385,6 +387,52 @@ class Trainer:
         self.forward_loss = self._loss if not self.compile else torch.compile(
             self._loss, options=compile_options(config, self.device, self.world_size))
 
+    def fit(self, progress: bool = True) -> dict[str, float]:
+        """Train until max_steps, max_minutes or a signal; returns the last metrics.
+        After SIGINT or SIGTERM it stops after the current step with a checkpoint, and
+        the result has "interrupted": the signal's number."""
+        config = self.config
+        metrics: dict[str, float] = {}
+        clock = Clock(config, self.world_size, self.device)
+        d_model, warmup = self.model.config.d_model, config.warmup_steps
+        peak = learning_rate(warmup, d_model, warmup, config.lr_scale)  # the paper's peak
+        planner = Planner(config, clock, peak, self.step)
+        window = LossWindow(self.device)
+        with holding_folder(self):
+            log_to = run_log(self.out, config.max_steps, self.step, self.rank, progress)
+            with log_to as log, deferred_signals(self.world_size == 1) as received:
+                while not received:
+                    stop, checkpoint_due = clock.decide(self.step)
+                    if stop:
+                        break
+                    if checkpoint_due:
+                        self.save()
+                        clock.checkpointed()
+                    paper = self.schedule.get_last_lr()[0]
+                    rate = planner.rate(self.step + 1, clock.done(self.step), paper)
+                    self.rate_factor = rate / paper
+                    window.add(*self.train_step())
+                    log(None)
+                    if plan := planner.measure(self.step, rate):
+                        text = plan.describe(config.max_minutes)
+                        log({"step": self.step, "plan": {**asdict(plan), "text": text}})
+                    last = self.step == config.max_steps
+                    if self.step % config.log_every == 0 or last:
+                        metrics = {"step": self.step, **window.read(self.world_size),
+                                   "lr": rate, "minutes": clock.minutes()}
+                        log(metrics)
+                    if self.step % config.eval_every == 0:
+                        evaluation = {"step": self.step, **self.validate()}
+                        log(evaluation)
+                        metrics = {**metrics, **evaluation}
+            self.rate_factor = 1.0  # a train_step called after fit: the schedule's rate
+            if received:
+                return stopped_by_signal(self, metrics, received[0])
+            self.save()
+            final = {"step": self.step, "minutes": clock.minutes(), **self.validate()}
+            log(final)  # the bar is closed; the record still goes to metrics.jsonl
+        return {**metrics, **final}
+
     @classmethod
     def from_config(
         cls, model_config: TransformerConfig, config: TrainingConfig, out: str | Path,
@@ -469,51 +517,34 @@ class Trainer:
         return validation_loss(self.model, self.data.valid,
                                self.batches.sampler.max_tokens, self.dtype)
 
-    def fit(self, progress: bool = True) -> dict[str, float]:
-        """Train until max_steps, max_minutes or a signal; returns the last metrics.
-        After SIGINT or SIGTERM it stops after the current step with a checkpoint, and
-        the result has "interrupted": the signal's number."""
-        config = self.config
-        metrics: dict[str, float] = {}
-        clock = Clock(config, self.world_size, self.device)
-        peak = learning_rate(config.warmup_steps, self.model.config.d_model,
-                             config.warmup_steps, config.lr_scale)  # the paper's curve's
-        planner = Planner(config, clock, peak, self.step)
-        window = LossWindow(self.device)
-        with holding_folder(self):
-            log_to = run_log(self.out, config.max_steps, self.step, self.rank, progress)
-            with log_to as log, deferred_signals(self.world_size == 1) as received:
-                while not received:
-                    stop, checkpoint_due = clock.decide(self.step)
-                    if stop:
-                        break
-                    if checkpoint_due:
-                        self.save()
-                        clock.checkpointed()
-                    paper = self.schedule.get_last_lr()[0]
-                    rate = planner.rate(self.step + 1, clock.done(self.step), paper)
-                    self.rate_factor = rate / paper
-                    window.add(*self.train_step())
-                    log(None)
-                    if plan := planner.measure(self.step, rate):
-                        text = plan.describe(config.max_minutes)
-                        log({"step": self.step, "plan": {**asdict(plan), "text": text}})
-                    last = self.step == config.max_steps
-                    if self.step % config.log_every == 0 or last:
-                        metrics = {"step": self.step, **window.read(self.world_size),
-                                   "lr": rate, "minutes": clock.minutes()}
-                        log(metrics)
-                    if self.step % config.eval_every == 0:
-                        evaluation = {"step": self.step, **self.validate()}
-                        log(evaluation)
-                        metrics = {**metrics, **evaluation}
-            self.rate_factor = 1.0  # a train_step called after fit: the schedule's rate
-            if received:
-                return stopped_by_signal(self, metrics, received[0])
-            self.save()
-            final = {"step": self.step, "minutes": clock.minutes(), **self.validate()}
-            log(final)  # the bar is closed; the record still goes to metrics.jsonl
-        return {**metrics, **final}
+
+@contextlib.contextmanager
+def holding_folder(trainer: Trainer) -> Iterator[None]:
+    """Rank 0 holds out/.lock while the run trains; the batch stream ends with the
+    run."""
+    try:
+        if trainer.rank != 0:
+            yield
+            return
+        out, own, overwrite = trainer.out, trainer.owns_out, trainer.overwrite
+        check_output_folder(out, own, overwrite)
+        out.mkdir(parents=True, exist_ok=True)
+        with folder_lock(out):
+            check_output_folder(out, own, overwrite, remove=True)
+            trainer.owns_out = True
+            forget_metrics_after(out, trainer.step)
+            yield
+    finally:
+        trainer.batches.close()
+
+
+def stopped_by_signal(trainer: Trainer, metrics: dict, signum: int) -> dict:
+    """The checkpoint of a run stopped by SIGINT/SIGTERM, and its last metrics."""
+    saved = checkpoint_path(trainer.out, trainer.step)
+    saved = saved if saved.exists() else trainer.save()
+    print(f"interrupted at step {trainer.step}; saved {saved}; "
+          f"continue with --resume {trainer.out}")
+    return {**metrics, "step": trainer.step, "interrupted": signum}
 
 
 def compile_options(
@@ -547,35 +578,6 @@ def model_and_data(
     return Transformer(model_config), data
 
 
-@contextlib.contextmanager
-def holding_folder(trainer: Trainer) -> Iterator[None]:
-    """Rank 0 holds out/.lock while the run trains; the batch stream ends with the
-    run."""
-    try:
-        if trainer.rank != 0:
-            yield
-            return
-        out, own, overwrite = trainer.out, trainer.owns_out, trainer.overwrite
-        check_output_folder(out, own, overwrite)
-        out.mkdir(parents=True, exist_ok=True)
-        with folder_lock(out):
-            check_output_folder(out, own, overwrite, remove=True)
-            trainer.owns_out = True
-            forget_metrics_after(out, trainer.step)
-            yield
-    finally:
-        trainer.batches.close()
-
-
-def stopped_by_signal(trainer: Trainer, metrics: dict, signum: int) -> dict:
-    """The checkpoint of a run stopped by SIGINT/SIGTERM, and its last metrics."""
-    saved = checkpoint_path(trainer.out, trainer.step)
-    saved = saved if saved.exists() else trainer.save()
-    print(f"interrupted at step {trainer.step}; saved {saved}; "
-          f"continue with --resume {trainer.out}")
-    return {**metrics, "step": trainer.step, "interrupted": signum}
-
-
 __all__ = [
     'TrainingConfig',
     'rank_sampler',
@@ -585,8 +587,8 @@ __all__ = [
     'validation_loss',
     'check_vocabulary',
     'Trainer',
-    'compile_options',
-    'model_and_data',
     'holding_folder',
     'stopped_by_signal',
+    'compile_options',
+    'model_and_data',
 ]
