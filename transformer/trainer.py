@@ -395,7 +395,8 @@ class Trainer:
         metrics: dict[str, float] = {}
         clock = Clock(config, self.world_size, self.device)
         d_model, warmup = self.model.config.d_model, config.warmup_steps
-        peak = learning_rate(warmup, d_model, warmup, config.lr_scale)  # the curve's top
+        # the peak of the paper's curve: a planned schedule's too
+        peak = learning_rate(warmup, d_model, warmup, config.lr_scale)
         planner = Planner(config, clock, peak, self.step)
         window = LossWindow(self.device)
         with holding_folder(self):
