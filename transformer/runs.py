@@ -133,10 +133,12 @@ def plan_schedule(
     updates: int, warmup_steps: int, peak: float, start: int = 0, rate: float = 0.0
 ) -> Plan:
     """The plan, after update `start` (made at `rate`), of a run projected to hold
-    `updates` updates; its warm-up: WARMUP_SHARE of them, at most warmup_steps."""
+    `updates` updates; its warm-up: WARMUP_SHARE of them, at most warmup_steps, and
+    at least twice `start`."""
     updates = max(updates, start + 2)  # one update of warm-up at least, one of fall
     warmup = min(warmup_steps, round(WARMUP_SHARE * updates))
-    return Plan(updates, min(max(warmup, start + 1), updates - 1), peak, start, rate)
+    warmup = max(warmup, 2 * start)  # a ramp on from where it is, never a jump
+    return Plan(updates, min(max(warmup, 1), updates - 1), peak, start, rate)
 
 
 PLAN_UPDATES = (10, 30)  # a run of minutes measures its rate between these updates
