@@ -158,9 +158,11 @@ def test_fresh_clone_times_commands_in_a_clone_and_reads_make_trains_summary(tmp
     summary = "done: 9 steps in 0.1 min; exact match on the test split 96.2%; checkpoints in runs/x"
     commands = ["test -f Makefile && test ! -e .venv", f"echo '{summary}'", "exit 3"]
     clones = set(BENCHMARKS.parent.parent.glob(".fresh-clone-*"))
+    log = tmp_path / "fresh.log"
     result = subprocess.run([sys.executable, str(BENCHMARKS / "fresh_clone.py"), "--commands", *commands,
-                             "--out", str(out)], capture_output=True, text=True)
+                             "--out", str(out), "--log", str(log)], capture_output=True, text=True)
     assert result.returncode != 0 and "a command failed" in result.stderr
+    assert log.read_text().splitlines()[1:3] == [f"$ echo '{summary}'", summary], "each whole output"
     runs = json.loads(out.read_text())["runs"]
     assert [r["returncode"] for r in runs] == [0, 0, 3], "run in a clean clone, each command's status kept"
     assert runs[1]["exact_match"] == 0.962 and "exact_match" not in runs[0]

@@ -71,11 +71,13 @@ def slower_setup() -> str:
         return ""
     record = _record(name)
     runs = {run["command"]: run for run in record["runs"]}
+    train = (f" and `make train` {_minutes(runs['make train']['seconds'])}"
+             if "make train" in runs else "")
     return (
         f" On an {record['machine']}, `make test` took "
-        f"{_minutes(runs['make test']['seconds'])} and `make book` "
-        f"{_minutes(runs['make book']['seconds'])} (`benchmarks/results/{name}`, commit "
-        f"{record['cloned_commit'][:7]})."
+        f"{_minutes(runs['make test']['seconds'])}, `make book` "
+        f"{_minutes(runs['make book']['seconds'])}{train} (`benchmarks/results/{name}`, "
+        f"commit {record['cloned_commit'][:7]})."
     )
 
 
