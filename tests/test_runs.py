@@ -51,16 +51,17 @@ def test_the_cooldown_factor_is_the_written_out_line():
 
 def test_a_plan_continues_the_ramp_to_the_peak_then_falls_to_zero_as_written_out():
     """Oracle, by hand: 1,000 updates, planned after update 30 (made at 0.3e-3); warm-up a
-    tenth of them (100, under the 800 allowed), then a line from the peak at a tenth of the
-    run to 0 at its end."""
+    tenth of them (100, under the 800 allowed), the peak held, then a line to 0 over the last
+    fifth of the run's time."""
     plan = plan_schedule(1000, warmup_steps=800, peak=1e-3, start=30, rate=0.3e-3)
     assert (plan.updates, plan.warmup) == (1000, 100)
     assert plan.rate(31, 0.031) == pytest.approx(0.3e-3 + 0.7e-3 / 70)
     assert plan.rate(65, 0.065) == pytest.approx(0.65e-3)
     assert plan.rate(100, 0.1) == pytest.approx(1e-3)
-    assert plan.rate(550, 0.55) == pytest.approx(0.5e-3)
-    assert plan.rate(550, 0.775) == pytest.approx(0.25e-3), "the fall follows the run's time"
-    assert plan.rate(90, 0.9) == pytest.approx(1e-4 / 0.9), "a run slower than planned falls early"
+    assert plan.rate(550, 0.55) == pytest.approx(1e-3), "the peak held"
+    assert plan.rate(850, 0.85) == pytest.approx(0.75e-3)
+    assert plan.rate(550, 0.9) == pytest.approx(0.5e-3), "the fall follows the run's time"
+    assert plan.rate(90, 0.9) == pytest.approx(0.5e-3), "a run slower than planned falls by its time"
     assert plan.rate(1000, 1.0) == 0.0
     assert plan_schedule(100_000, 800, 1e-3).warmup == 800, "at most the preset's warm-up"
     late = plan_schedule(20, 800, 1e-3, start=30)

@@ -226,8 +226,8 @@ def _add_schedule_options(group: argparse._ArgumentGroup) -> None:
         "--schedule",
         choices=["auto", "paper", "planned"],
         help="the rate's schedule: the paper's, or planned for the budget (warm-up, "
-        "then a linear fall to 0 at its end); default auto: planned for a run of "
-        "--max-minutes without --cooldown",
+        "the peak held, a fall to 0 over its last fifth); default auto: planned for "
+        "a run of --max-minutes without --cooldown",
     )
     group.add_argument("--label-smoothing", type=float, help="epsilon_ls (paper: 0.1)")
 

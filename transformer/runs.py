@@ -100,33 +100,35 @@ def scaled_rates(optimizer: torch.optim.Optimizer, factor: float) -> Iterator[No
 
 
 WARMUP_SHARE = 0.1  # a planned warm-up: this share of the projected updates, at most
+FALL_SHARE = 0.2  # a planned fall to 0: over this last share of the budget
 
 
 @dataclass(frozen=True)
 class Plan:
     """A schedule for a run's budget, projected to hold `updates` updates: after
     update `start` (made at `start_rate`), the rate rises linearly to `peak` at update
-    `warmup`, then falls linearly to 0 at the end of the budget."""
+    `warmup`, holds it, and falls linearly to 0 over the budget's last `fall`."""
 
     updates: int
     warmup: int
     peak: float
     start: int = 0
     start_rate: float = 0.0
+    fall: float = FALL_SHARE
 
     def rate(self, update: int, done: float) -> float:
         """The rate of update number `update` (from 1), made once `done` (0 to 1) of
         the run is done."""
         rise = min(1.0, (update - self.start) / (self.warmup - self.start))
         rise = self.start_rate + (self.peak - self.start_rate) * rise
-        fall = self.peak * (1.0 - done) / (1.0 - self.warmup / self.updates)
-        return max(0.0, min(rise, fall))
+        span = min(self.fall, 1.0 - self.warmup / self.updates)
+        return max(0.0, min(rise, self.peak, self.peak * (1.0 - done) / span))
 
     def describe(self, minutes: float | None) -> str:
         budget = f"{minutes:g} min" if minutes else f"{self.updates:,} updates"
         return (f"schedule planned for {budget} (about {self.updates:,} updates): the "
-                f"rate rises to {self.peak:.2e} at update {self.warmup:,}, then falls "
-                f"linearly to 0 at the end")
+                f"rate rises to {self.peak:.2e} at update {self.warmup:,}, holds, and "
+                f"falls linearly to 0 over the last {self.fall:.0%} of the budget")
 
 
 def plan_schedule(

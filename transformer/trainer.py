@@ -74,7 +74,7 @@ class TrainingConfig:
     cooldown: the last fraction of the run (of max_steps or max_minutes, whichever
     ends it), over which the rate's multiplier falls linearly from 1 to 0; 0: none.
     schedule: "paper" (warmup_steps, lr_scale, then step^-0.5); "planned" for the
-    budget (Runs chapter: warm-up to the paper's peak, linear fall to 0 at the end);
+    budget (Runs chapter: warm-up to the paper's peak, held, then a fall to 0);
     "auto": planned for a run bounded by max_minutes without a cooldown.
     """
 
