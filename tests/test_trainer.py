@@ -251,7 +251,7 @@ def test_bad_training_configs_raise():
     for cooldown in (1.0, -0.1, float("nan")):
         with pytest.raises(ValueError, match=r"cooldown must be in \[0, 1\); got "):
             TrainingConfig(max_steps=1, cooldown=cooldown)
-    with pytest.raises(ValueError, match=r"schedule must be one of \('auto', 'paper', 'planned'\); got 'cosine'"):
+    with pytest.raises(ValueError, match=r"schedule must be one of \('paper', 'planned'\); got 'cosine'"):
         TrainingConfig(max_steps=1, schedule="cosine")
     with pytest.raises(ValueError, match="give schedule='planned' or a cooldown, not both"):
         TrainingConfig(max_steps=1, schedule="planned", cooldown=0.2)
@@ -302,7 +302,7 @@ def test_ddp_processes_plan_and_cool_down_by_rank_0s_clock(tiny_corpus, tmp_path
     replicas would drift apart."""
     out = tmp_path / "ddp"
     # 3 s: past the plan (update 30) and several of rank 0's broadcasts, on a loaded CPU
-    overrides = {"max_steps": 10_000, "max_minutes": 0.05, "log_every": 2}
+    overrides = {"max_steps": 10_000, "max_minutes": 0.05, "log_every": 2, "schedule": "planned"}
     mp.spawn(_ddp_worker, args=(2, _free_port(), str(tiny_corpus), str(out), overrides), nprocs=2, join=True)
     rank0, rank1 = torch.load(out / "rank0.pt"), torch.load(out / "rank1.pt")
     for name in rank0:
@@ -462,7 +462,7 @@ def test_a_planned_schedule_of_steps_rises_and_falls_as_written_out(tiny_corpus,
 def test_a_run_of_minutes_plans_its_schedule_after_its_30th_update(tiny_corpus, tmp_path):
     """Oracle: the paper's formula written out until the plan; then at most its peak, and
     close to 0 at the end of the budget."""
-    config = _config(tiny_corpus, max_steps=None, max_minutes=0.1, eval_every=10**6)
+    config = _config(tiny_corpus, max_steps=None, max_minutes=0.1, eval_every=10**6, schedule="planned")
     trainer = Trainer.from_config(TINY, config, tmp_path / "run")
     rates = _rates_used(trainer)
     trainer.fit(progress=False)

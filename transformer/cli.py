@@ -224,10 +224,9 @@ def _add_schedule_options(group: argparse._ArgumentGroup) -> None:
     )
     group.add_argument(
         "--schedule",
-        choices=["auto", "paper", "planned"],
-        help="the rate's schedule: the paper's, or planned for the budget (warm-up, "
-        "the peak held, a fall to 0 over its last fifth); default auto: planned for "
-        "a run of --max-minutes without --cooldown",
+        choices=["paper", "planned"],
+        help="the rate's schedule: the paper's (default), or planned for the budget "
+        "(warm-up, the peak held, a fall to 0 over its last fifth)",
     )
     group.add_argument("--label-smoothing", type=float, help="epsilon_ls (paper: 0.1)")
 

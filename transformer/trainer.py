@@ -74,8 +74,7 @@ class TrainingConfig:
     cooldown: the last fraction of the run (of max_steps or max_minutes, whichever
     ends it), over which the rate's multiplier falls linearly from 1 to 0; 0: none.
     schedule: "paper" (warmup_steps, lr_scale, then step^-0.5); "planned" for the
-    budget (Runs chapter: warm-up to the paper's peak, held, then a fall to 0);
-    "auto": planned for a run bounded by max_minutes without a cooldown.
+    budget (Runs chapter: warm-up to the paper's peak, held, then a fall to 0).
     """
 
     data: str = "numbers"
@@ -89,7 +88,7 @@ class TrainingConfig:
     warmup_steps: int = 4000
     lr_scale: float = 1.0
     cooldown: float = 0.0
-    schedule: str = "auto"
+    schedule: str = "paper"
     label_smoothing: float = 0.1
     precision: str = "auto"
     compile: bool | None = None
@@ -113,8 +112,6 @@ class TrainingConfig:
     @property
     def planned(self) -> bool:
         """Whether the schedule is planned for the budget (else: the paper's)."""
-        if self.schedule == "auto":
-            return self.max_minutes is not None and self.cooldown == 0
         return self.schedule == "planned"
 
     def _check(self) -> None:
@@ -188,7 +185,7 @@ class TrainingConfig:
         return cls(**{**settings, **given})
 
 
-SCHEDULES = ("auto", "paper", "planned")
+SCHEDULES = ("paper", "planned")
 
 
 TRAINING_PRESETS: dict[str, dict] = {
