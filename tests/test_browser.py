@@ -179,7 +179,7 @@ def test_the_landing_page_shows_the_path_in_its_first_screen(site):
     before it."""
     browser, base = site
     page = browser.new_page(viewport={"width": 1280, "height": 900})
-    page.goto(base + "intro.html", wait_until="load")
+    page.goto(base + "book/intro.html", wait_until="load")
     box = page.locator("div.admonition.tip", has_text="Read, run, try").first.bounding_box()
     assert box is not None and box["y"] + box["height"] <= 900, box
     bars = page.evaluate("""() => [...document.querySelectorAll('main details')]
