@@ -102,19 +102,10 @@ def _cli_row(names: list[str], task: str, metric: str = "tokenized_bleu") -> str
     scores = _and(f"{b:.2f}" for b in tests)
     records = _and(f"`{name}`" for name in names)
     return (
-        f"| {task} | `train {options} {minutes}` then `evaluate` ({_schedule(seeds)}, beam "
-        f"4); {updates} updates, seeds {_and(seeds)}{at} "
+        f"| {task} | `train {options} {minutes}` then `evaluate` (the paper's schedule; final "
+        f"model: the average of the last checkpoints, beam 4); {updates} updates, seeds {_and(seeds)}{at} "
         f"| {scores} {METRICS[metric]}{median} | {records} |"
     )
-
-
-def _schedule(seeds: dict) -> str:
-    """The schedule the runs of a record followed, and their final model: cli_runs.py
-    records a planned one; a record without the field predates planning."""
-    said = {run.get("schedule", "the paper's") for run in seeds.values()}
-    if all(s.startswith("schedule planned") for s in said):
-        return "the schedule planned for its minutes; final model: the newest checkpoint"
-    return "the paper's schedule; final model: the average of the last checkpoints"
 
 
 def _gpu_row(name: str) -> str:
