@@ -7,6 +7,7 @@ from transformer.devices import (
     all_gather,
     autocast,
     autocast_dtype,
+    cpu_bf16_speedup,
     data_parallel,
     pick_device,
     sum_over_ranks,
@@ -32,6 +33,18 @@ def test_precisions_map_to_autocast_dtypes_and_others_are_refused():
         assert (torch.ones(2, 2) @ torch.ones(2, 2)).dtype == torch.bfloat16
     with autocast(cpu, None):
         assert (torch.ones(2, 2) @ torch.ones(2, 2)).dtype == torch.float32
+
+
+def test_auto_takes_bf16_on_a_cpu_only_where_its_products_are_faster():
+    """The oracle is the processor's own flags (torch.cpu): without AVX-512 BF16 or AMX,
+    bf16 is emulated, slower than fp32, and "auto" must train in fp32; with them, the
+    ratio is whatever the products measured, and "auto" follows it."""
+    speedup = cpu_bf16_speedup()
+    native = torch.cpu._is_avx512_bf16_supported() or torch.cpu._is_amx_tile_supported()
+    if not native:
+        assert speedup < 1, f"bf16 emulated, yet measured {speedup:.2f}x the speed of fp32"
+    expected = torch.bfloat16 if speedup >= 1.5 else None
+    assert autocast_dtype("auto", torch.device("cpu")) is expected
 
 
 def test_one_process_is_the_identity():
