@@ -58,7 +58,7 @@ def small_number_run() -> tuple[TransformerConfig, TrainingConfig]:
     training_config = TrainingConfig(
         data="numbers",
         vocab_size=200,
-        max_tokens=2000,
+        max_tokens=1000,
         max_steps=600,
         warmup_steps=200,
         lr_scale=0.5,

@@ -237,10 +237,10 @@ def export_onnx(
     past = Dim("past", max=longest - 1)  # the step's own position is the last
     src = torch.full((2, 6), min(4, config.src_vocab_size - 1))
     src[1, 4:] = PAD
-    with building_folder(out) as holding:
+    # traced without autograd: the graphs are for inference, and tracing is faster
+    with building_folder(out) as holding, torch.no_grad():
         encoder = EncoderGraph(model)
-        with torch.no_grad():
-            memory, *cross = encoder(src)
+        memory, *cross = encoder(src)
         _export(encoder, (src,), holding / "encoder.onnx", names["encoder_inputs"],
                 names["encoder_outputs"], ({0: batch, 1: n},))
         caches = [torch.zeros(2, config.n_heads, 3, d) for d in (d_k, d_v) * n_layers]
