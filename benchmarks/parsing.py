@@ -16,7 +16,7 @@ first steps with other seeds (a different seed changes the initial weights, the 
 and nothing else, as another CPU's rounding does after a few hundred steps), the development
 set parsed greedily at each checkpoint, and no test scores:
 
-    python benchmarks/parsing.py --leaves words --steps 300 --seeds 0 1 2 3 4 \
+    python benchmarks/parsing.py --leaves words --steps 200 --seeds 0 1 2 3 4 \
         --out benchmarks/results/parsing_spread.json
 """
 
