@@ -29,15 +29,17 @@ notebooks: install
 
 # The test processes, nbval's kernels, the browser tests and the book's build share one cache
 # of prepared corpora and trained runs, so a run that a chapter trains under `make test` is
-# loaded, not trained again, by the browser tests and by `make book` (not ~/.cache: the
-# reader's own runs stay apart).
+# loaded, not trained again, by the browser tests (and `make book` builds from the chapters'
+# outputs of `make test`); not ~/.cache: the reader's own runs stay apart.
 test test-quick test-browser book: export TRANSFORMER_CACHE := $(CURDIR)/build/cache
 
 # A test process for each core (pytest-xdist), each with one thread (two processes that each
 # spread torch's work over every core make each other wait); a file, or a chapter's
 # notebook, runs whole in one of them.
 PYTEST := $(BIN)/python -m pytest -n auto --dist loadfile
-test test-quick: export OMP_NUM_THREADS := 1
+# The browser tests too: they load the runs `make test` trained, whose cache key holds torch's
+# thread count (book/trainer.md's train_once: the count changes a run's last bits).
+test test-quick test-browser: export OMP_NUM_THREADS := 1
 
 # Everything: every chapter run by nbval (the book's build then reuses what they printed,
 # tests/conftest.py), the package tests and the export check.

@@ -190,6 +190,31 @@ def test_the_landing_page_shows_the_path_in_its_first_screen(site):
     page.close()
 
 
+@pytest.mark.parametrize("page_path, what, fraction", [
+    ("book/model.html", "class EncoderLayer", 0.25),
+    ("book/trainer.html", "def fit", 0.50),
+    ("book/results.html", "img", 0.10),  # its findings' chart
+])
+def test_what_a_page_is_for_comes_early(site, page_path, what, fraction):
+    """At 1280x900, the code a page is about (or its first chart) starts within the first
+    `fraction` of the page's height."""
+    browser, base = site
+    page = browser.new_page(viewport={"width": 1280, "height": 900})
+    page.goto(base + page_path, wait_until="load")
+    if page.evaluate("() => Boolean(window.MathJax && MathJax.startup)"):
+        page.evaluate("() => MathJax.startup.promise")
+    top, height = page.evaluate("""(what) => {
+        const found = what === 'img' ? document.querySelector('main article img')
+            : [...document.querySelectorAll('main article pre')].find(
+                p => p.offsetParent !== null && p.textContent.includes(what));
+        return [found ? found.getBoundingClientRect().top + window.scrollY : null,
+                document.documentElement.scrollHeight];
+    }""", what)
+    assert top is not None, f"{what} not found on {page_path}"
+    assert top / height < fraction, f"{what} at y={top:.0f} of {height} ({top / height:.1%})"
+    page.close()
+
+
 MODELS = HTML / "_static" / "translate" / "models"
 
 
@@ -343,6 +368,39 @@ def test_the_translator_in_the_page_translates_as_python_does(site):
     page.wait_for_function(f"() => document.querySelector('.translator-translation')"
                            f".textContent === {json.dumps(expected['numbers']['1'][1])}")
     assert all(url.startswith(base) for url in requests), "a request left the book"
+    assert not problems, problems
+    page.close()
+
+
+def test_the_translator_sits_in_the_column_and_labels_words_without_the_marker(site):
+    """At 1280x900, the landing's "Try" link (deploy.html#in-this-page) shows the sentence box
+    and the Translate button; after a translation, nothing of the translator reaches past
+    the column; the map is at least 400 px wide; no label shows the tokenizer's "\u2581"."""
+    if not (MODELS / "numbers" / "model.json").is_file():
+        pytest.skip("the book was built without npm: no in-page translator (make book)")
+    browser, base = site
+    page, problems, _ = _watched(browser)
+    page.set_viewport_size({"width": 1280, "height": 900})
+    page.goto(base + "book/deploy.html#in-this-page", wait_until="load")
+    page.wait_for_selector("#translator[data-ready=true]", timeout=60_000)
+    for control in ("#translator input[type=text]", "#translator button:text('Translate')"):
+        box = page.locator(control).bounding_box()
+        assert box and 0 <= box["y"] and box["y"] + box["height"] <= 900, (control, box)
+    page.click("#translator button:text('Translate')")
+    page.wait_for_function("() => document.querySelector('.translator-output').dataset.translation")
+    page.click(".translator-explore")
+    page.wait_for_selector("#translator .attention-explorer")
+    outside = page.evaluate("""() => {
+        const right = document.querySelector('main article').getBoundingClientRect().right + 1;
+        return [...document.querySelectorAll('#translator select, #translator input, '
+                + '#translator button, #translator svg, #translator p')]
+            .filter(e => e.offsetParent !== null && e.getBoundingClientRect().right > right)
+            .map(e => e.tagName.toLowerCase() + ': ' + (e.getAttribute('aria-label') || e.textContent).slice(0, 40));
+    }""")
+    assert not outside, f"past the column's edge: {outside}"
+    assert page.locator(".attention-map").bounding_box()["width"] >= 400
+    labels = page.locator("#translator svg text").all_text_contents()
+    assert labels and not [text for text in labels if "\u2581" in text]
     assert not problems, problems
     page.close()
 

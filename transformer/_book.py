@@ -10,6 +10,8 @@ import json
 from dataclasses import asdict
 from pathlib import Path
 
+import torch
+
 from transformer.checkpoints import write_atomically
 from transformer.data import default_cache_dir
 from transformer.model import Transformer, TransformerConfig
@@ -25,14 +27,17 @@ def train_once(
     """Train a run, or reload it if this code trained the same configurations before.
 
     The run lives in cache_dir (default: default_cache_dir()) / "runs" / a fingerprint
-    of both configurations and the package's source. Returns the trainer at the end of
-    the run and what its fit returned.
+    of both configurations, the package's source and torch's CPU threads (their count
+    changes a run's last bits). Returns the trainer at the end of the run and what its
+    fit returned.
     """
     source = "".join(
         p.read_text()
         for p in sorted(Path(inspect.getfile(Transformer)).parent.glob("*.py"))
     )
-    settings = json.dumps([model_config.to_dict(), asdict(config)], sort_keys=True)
+    settings = json.dumps(
+        [model_config.to_dict(), asdict(config), torch.get_num_threads()], sort_keys=True
+    )
     key = hashlib.sha256(f"{settings}\0{source}".encode()).hexdigest()[:16]
     out = Path(cache_dir or default_cache_dir()) / "runs" / key
     record = out / "result.json"

@@ -15,6 +15,23 @@ function blue(weight) {
   return `rgb(${a.map((v, c) => Math.round(v + (b[c] - v) * (x - i))).join(",")})`;
 }
 
+// A token as a label: the tokenizer's word-start marker "\u2581" shown as a space (a row or
+// column per token still)
+const label = (token) => token.replaceAll("\u2581", " ");
+
+// The controls in the book's theme (pydata-sphinx-theme's colours), kept inside the column
+const STYLE = `
+#translator select, #translator input, #translator button {
+  font: inherit; font-size: 0.95em; max-width: 100%; box-sizing: border-box;
+  color: var(--pst-color-text-base); background: var(--pst-color-background);
+  border: 1px solid var(--pst-color-border); border-radius: 0.25rem; padding: 0.3em 0.6em; }
+#translator input[type=text] { width: min(100%, 32em); }
+#translator button { cursor: pointer; }
+#translator button:disabled { cursor: default; opacity: 0.6; }
+#translator button.translator-go { color: #fff; background: var(--pst-color-primary);
+  border-color: var(--pst-color-primary); font-weight: 600; }
+#translator button.translator-example { font-size: 0.85em; margin: 0 0.2em 0.3em 0; }`;
+
 function element(tag, attributes = {}, ...children) {
   const svg = ["svg", "rect", "text", "g", "title"].includes(tag);
   const node = svg ? document.createElementNS("http://www.w3.org/2000/svg", tag) : document.createElement(tag);
@@ -25,20 +42,24 @@ function element(tag, attributes = {}, ...children) {
 
 // The map as the book draws it: a row per output token (labelled left), a column per
 // source token (labelled below), darker where the output token attended more.
+// It is drawn at least 400 px wide: a short sentence's map is scaled up, labels with it.
 export function attentionMap(result, heads) {
+  const output = result.output.map(label), source = result.source.map(label);
   const cell = 18, font = 11, widest = (labels) => Math.max(...labels.map((l) => l.length)) * 6.5 + 8;
-  const left = widest(result.output), bottom = widest(result.source);
-  const width = left + cell * result.source.length, height = cell * result.output.length + bottom;
-  const svg = element("svg", { width, height, viewBox: `0 0 ${width} ${height}`, class: "attention-map",
-    role: "img", "aria-label": `attention map, ${result.output.length} by ${result.source.length}` });
+  const left = widest(output), bottom = widest(source);
+  const width = left + cell * source.length, height = cell * output.length + bottom;
+  const scale = Math.max(1, 400 / width);
+  const svg = element("svg", { width: Math.round(width * scale), height: Math.round(height * scale),
+    viewBox: `0 0 ${width} ${height}`, class: "attention-map",
+    role: "img", "aria-label": `attention map, ${output.length} by ${source.length}` });
   result.map.forEach((weights, i) => {
-    svg.append(element("text", { x: left - 4, y: cell * i + cell * 0.7, "text-anchor": "end", "font-size": font }, result.output[i]));
+    svg.append(element("text", { x: left - 4, y: cell * i + cell * 0.7, "text-anchor": "end", "font-size": font }, output[i]));
     weights.forEach((w, j) => svg.append(element("rect", { x: left + cell * j, y: cell * i, width: cell, height: cell,
-      fill: blue(w), "data-weight": w.toFixed(4) }, element("title", {}, `${result.output[i]} → ${result.source[j]}: ${w.toFixed(2)}`))));
+      fill: blue(w), "data-weight": w.toFixed(4) }, element("title", {}, `${output[i].trim()} → ${source[j].trim()}: ${w.toFixed(2)}`))));
   });
-  result.source.forEach((label, j) => {
-    const x = left + cell * j + cell * 0.65, y = cell * result.output.length + 4;
-    svg.append(element("text", { x, y, transform: `rotate(-90 ${x} ${y})`, "text-anchor": "end", "font-size": font }, label));
+  source.forEach((text, j) => {
+    const x = left + cell * j + cell * 0.65, y = cell * output.length + 4;
+    svg.append(element("text", { x, y, transform: `rotate(-90 ${x} ${y})`, "text-anchor": "end", "font-size": font }, text));
   });
   return element("figure", { style: "overflow-x: auto; max-width: 100%; margin: 0" }, svg, element("figcaption", {},
     `Encoder-decoder attention of the last decoder layer, the mean of its ${heads} heads: a row per output token, a column per source token.`));
@@ -47,10 +68,11 @@ export function attentionMap(result, heads) {
 // The explorer's data (attention_maps.AttentionExplorer's): each kind's queries, keys and
 // weights, the decoder's keys being the tokens it reads, <bos> first.
 export function explorer(result, maps, heads) {
-  const [encoder, decoder, cross] = maps, reads = ["<bos>", ...result.output.slice(0, -1)];
-  const kinds = [["encoder self-attention", result.source, result.source, encoder],
-    ["decoder self-attention", result.output, reads, decoder],
-    ["encoder-decoder attention", result.output, result.source, cross]];
+  const output = result.output.map(label), source = result.source.map(label);
+  const [encoder, decoder, cross] = maps, reads = ["<bos>", ...output.slice(0, -1)];
+  const kinds = [["encoder self-attention", source, source, encoder],
+    ["decoder self-attention", output, reads, decoder],
+    ["encoder-decoder attention", output, source, cross]];
   const data = { heads, kinds: kinds.map(([name, queries, keys, layers]) => ({ name, queries, keys, layers })) };
   const root = element("div", { class: "attention-explorer" });
   window.renderAttentionExplorer(root, data);
@@ -59,16 +81,19 @@ export function explorer(result, maps, heads) {
 }
 
 export async function mount(root) {
+  if (!document.getElementById("translator-style")) {
+    document.head.append(element("style", { id: "translator-style" }, STYLE));
+  }
   const base = new URL(root.dataset.models, document.baseURI);
   const index = await (await fetch(new URL("index.json", base))).json();
   const choose = element("select", { "aria-label": "model" },
     ...index.models.map((m) => element("option", { value: m.folder }, m.label)),
     element("option", { value: "" }, "your own exported model (choose its files)…"));
   const files = element("input", { type: "file", multiple: "", accept: ".onnx,.json", hidden: "" });
-  const input = element("input", { type: "text", "aria-label": "sentence", style: "width: min(100%, 32em)" });
+  const input = element("input", { type: "text", "aria-label": "sentence" });
   const decoding = element("select", { "aria-label": "decoding" },
     element("option", { value: "1" }, "greedy"), element("option", { value: "4" }, "beam search, k = 4"));
-  const go = element("button", { type: "button", disabled: "" }, "Translate");
+  const go = element("button", { type: "button", class: "translator-go", disabled: "" }, "Translate");
   const status = element("p", { class: "translator-status", "aria-live": "polite" });
   const examples = element("p", { class: "translator-examples" });
   const output = element("div", { class: "translator-output" });
