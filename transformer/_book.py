@@ -35,8 +35,9 @@ def train_once(
         p.read_text()
         for p in sorted(Path(inspect.getfile(Transformer)).parent.glob("*.py"))
     )
+    threads = torch.get_num_threads()
     settings = json.dumps(
-        [model_config.to_dict(), asdict(config), torch.get_num_threads()], sort_keys=True
+        [model_config.to_dict(), asdict(config), threads], sort_keys=True
     )
     key = hashlib.sha256(f"{settings}\0{source}".encode()).hexdigest()[:16]
     out = Path(cache_dir or default_cache_dir()) / "runs" / key
