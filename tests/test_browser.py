@@ -190,6 +190,21 @@ def test_the_landing_page_shows_the_path_in_its_first_screen(site):
     page.close()
 
 
+@pytest.mark.parametrize("page_path", toc_pages())
+def test_a_first_screen_holds_at_most_one_folded_code_bar(site, page_path):
+    """At 1280x900 a page's first screen shows what it is and its first idea: headers and
+    imports cost it one folded code bar at most."""
+    browser, base = site
+    page = browser.new_page(viewport={"width": 1280, "height": 900})
+    page.goto(base + page_path, wait_until="load")
+    if page.evaluate("() => Boolean(window.MathJax && MathJax.startup)"):
+        page.evaluate("() => MathJax.startup.promise")
+    bars = page.evaluate("""() => [...document.querySelectorAll('main details')]
+        .filter(d => d.offsetParent !== null).map(d => Math.round(d.getBoundingClientRect().top))""")
+    assert len([y for y in bars if y < 900]) <= 1, f"folded bars at y={bars[:4]}"
+    page.close()
+
+
 @pytest.mark.parametrize("page_path, what, fraction", [
     ("book/model.html", "class EncoderLayer", 0.25),
     ("book/trainer.html", "def fit", 0.50),
