@@ -26,7 +26,7 @@ from transformer import (
 from transformer.attention import padding_mask
 from transformer.cli import main
 from transformer.data import BOS, EOS, PAD
-from transformer.deploy import _check_dynamic
+from transformer.deploy import _check_dynamic, quantize_export
 from transformer.embeddings import Embeddings
 
 SENTENCES = [f"{a} {b} and {c}" for a in ("one", "two", "three") for b in ("red", "blue")
@@ -203,11 +203,58 @@ def test_export_refuses_a_used_folder_and_leaves_nothing_half_written(exported, 
 
 
 @pytest.mark.slow
-def test_cli_export_writes_a_run_folders_final_model(tiny_corpus, tmp_path, capsys):
+def test_quantize_export_makes_the_int8_export_of_a_float32_one_without_tracing(exported, tmp_path):
+    """An int8 folder from the fixture's float32 one: the same files and metadata but the
+    weights field, graphs that compute as the model with its weights rounded to int8 (the
+    oracle: PyTorch on those weights), and bad input refused with nothing left on disk."""
+    model, tokenizer, folder, _ = exported
+    meta = quantize_export(folder, tmp_path / "int8")
+    written = sorted(p.name for p in (tmp_path / "int8").iterdir())
+    assert written == sorted(p.name for p in folder.iterdir())
+    before = json.loads((folder / "model.json").read_text())
+    assert meta == json.loads((tmp_path / "int8" / "model.json").read_text())
+    assert meta == {**before, "weights": "int8"} and before["weights"] == "float32"
+    src = _source(4, 9, model.config.src_vocab_size)
+    session = onnxruntime.InferenceSession(str(tmp_path / "int8" / "encoder.onnx"))
+    ours = torch.from_numpy(session.run(None, {"src": src.numpy()})[0])
+    with torch.no_grad():
+        torch.testing.assert_close(ours, _rounded_to_int8(model).encode(src), atol=1e-5, rtol=1e-4)
+    with pytest.raises(FileExistsError, match="int8 exists; pass overwrite=True"):
+        quantize_export(folder, tmp_path / "int8")
+    with pytest.raises(ValueError, match="holds 'int8' weights; expected a float32 export"):
+        quantize_export(tmp_path / "int8", tmp_path / "again")
+    with pytest.raises(FileNotFoundError, match="holds no model.json"):
+        quantize_export(tmp_path, tmp_path / "again")
+    broken = tmp_path / "broken"
+    shutil.copytree(folder, broken)
+    (broken / "step.onnx").write_bytes(b"not a graph")
+    with pytest.raises(Exception, match=r"step.onnx failed:Protobuf parsing failed"):
+        quantize_export(broken, tmp_path / "again")
+    assert not (tmp_path / "again").exists()
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["broken", "int8"]
+
+
+def test_cli_export_writes_a_run_folders_final_model(tiny_corpus, tmp_path, capsys, monkeypatch):
+    """`export` of a run folder hands its final model (the average of its last checkpoints)
+    to the exporter, and writes where that model came from. The tracing is export_onnx's,
+    tested on its own (the fixture, the chapter): here each graph only records the model it
+    was given (tracing takes 10 s a graph on 2 cores)."""
+    import transformer.deploy as deploy
+
+    traced = []
+
+    def trace(module, args, path, *names):
+        traced.append(copy.deepcopy(module.model.state_dict()))
+        path.write_bytes(b"")
+
     run = tmp_path / "run"
     assert main(["train", "--data", str(tiny_corpus), "--max-steps", "3", "--max-tokens", "200",
                  "--vocab-size", "60", "--precision", "fp32", "--out", str(run)]) == 0
+    monkeypatch.setattr(deploy, "_export", trace)
     assert main(["export", "--checkpoint", str(run), "--out", str(tmp_path / "onnx")]) == 0
+    average = torch.load(run / "checkpoint_average.pt", weights_only=True)["model"]
+    assert len(traced) == 3 and all(
+        torch.equal(weights[name], average[name]) for weights in traced for name in average)
     assert "encoder.onnx" in capsys.readouterr().out.splitlines()[-1]
     meta = json.loads((tmp_path / "onnx" / "model.json").read_text())
     about = meta["about"]

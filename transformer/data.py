@@ -28,7 +28,6 @@ from typing import BinaryIO
 import numpy as np
 import torch
 import torch.distributed as dist
-from num2words import num2words
 from tokenizers import (
     Tokenizer,
     decoders,
@@ -80,6 +79,8 @@ def number_corpus(
             f"max_number={max_number} leaves no numbers for training after "
             f"{n_val}+{n_test}"
         )
+    from num2words import num2words  # here: a fifth of a second, for this corpus only
+
     numbers = list(range(max_number))
     random.Random(seed).shuffle(numbers)
     pairs = [(num2words(n, lang="en"), num2words(n, lang="de")) for n in numbers]

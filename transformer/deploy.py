@@ -8,6 +8,7 @@ from __future__ import annotations
 import copy
 import json
 import logging
+import shutil
 import warnings
 from collections.abc import Sequence
 from pathlib import Path
@@ -271,6 +272,33 @@ def export_onnx(
     return meta
 
 
+def quantize_export(
+    folder: str | Path, out: str | Path, overwrite: bool = False
+) -> dict:
+    """Write to `out` the export in `folder` (export_onnx's, float32) with int8 weights,
+    as export_onnx(..., int8=True) would, without tracing the model again. Returns the
+    new model.json's content."""
+    folder, out = Path(folder), Path(out)
+    meta_file = folder / "model.json"
+    if not meta_file.is_file():
+        raise FileNotFoundError(f"{folder} holds no model.json: not an exported model")
+    meta = json.loads(meta_file.read_text())
+    if meta.get("weights") != "float32":
+        raise ValueError(f"{folder} holds {meta.get('weights')!r} weights; expected a "
+                         "float32 export (export_onnx without int8)")
+    if out.exists() and not overwrite:
+        raise FileExistsError(f"{out} exists; pass overwrite=True to replace it")
+    with building_folder(out) as holding:
+        for name in ("encoder", "step", "maps", "tokenizer"):
+            suffix = ".json" if name == "tokenizer" else ".onnx"
+            shutil.copyfile(folder / f"{name}{suffix}", holding / f"{name}{suffix}")
+        for graph in ("encoder", "step", "maps"):
+            quantize_int8(holding / f"{graph}.onnx")
+        meta["weights"] = "int8"
+        (holding / "model.json").write_text(json.dumps(meta, indent=1) + "\n")
+    return meta
+
+
 class OnnxTranslator:
     """Greedy translation with the files of export_onnx and onnxruntime (no torch)."""
 
@@ -390,5 +418,6 @@ __all__ = [
     'int8_weights',
     'quantize_int8',
     'export_onnx',
+    'quantize_export',
     'OnnxTranslator',
 ]

@@ -9,7 +9,6 @@ from dataclasses import dataclass
 from importlib.metadata import version
 
 from sacrebleu.metrics import BLEU, CHRF
-from sacremoses import MosesPunctNormalizer, MosesTokenizer
 from tokenizers import Tokenizer
 
 from transformer.data import lowercases
@@ -66,6 +65,9 @@ def tokenized_bleu(
     punctuation normalised and Moses-tokenized for language `lang` (the dataset's
     task1-tokenize.sh, with sacremoses), then scored on those tokens as multi-bleu.perl
     does. Returns the score and a signature of the steps."""
+    # imported here: sacremoses takes half a second, and most processes never score
+    from sacremoses import MosesPunctNormalizer, MosesTokenizer
+
     _check_pairs(hypotheses, references)
     normalizer, tokenizer = MosesPunctNormalizer(lang), MosesTokenizer(lang)
 
