@@ -23,14 +23,13 @@ from transformer import (
     save_checkpoint,
 )
 from transformer.checkpoints import (
-    building_folder,
     checkpoint_path,
     keep_newest_checkpoints,
     newest_checkpoints,
     training_checkpoint,
-    write_atomically,
     write_final_model,
 )
+from transformer.files import building_folder, write_atomically
 
 TINY = TransformerConfig(src_vocab_size=40, tgt_vocab_size=40, d_model=16, n_heads=2, d_ff=32, n_layers=1)
 TOKENIZER = Tokenizer(models.WordLevel({f"w{i}": i for i in range(40)}, unk_token="w1")).to_str()
@@ -94,7 +93,7 @@ def test_a_folder_another_process_put_in_place_first_is_kept_when_asked(tmp_path
                 folder.mkdir()
                 (folder / "theirs.txt").write_text("theirs")
 
-        with mock.patch("transformer.checkpoints.shutil.rmtree", theirs_arrive):
+        with mock.patch("transformer.files.shutil.rmtree", theirs_arrive):
             if keep_theirs:
                 context.__exit__(None, None, None)
             else:

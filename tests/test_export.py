@@ -1,6 +1,7 @@
 """The committed package is exactly what the chapters export (tools/export.py)."""
 
 import ast
+import graphlib
 import re
 import shutil
 import subprocess
@@ -32,8 +33,9 @@ def test_every_generated_file_names_its_chapter_and_the_chapter_names_it():
             first_line = module.read_text().splitlines()[0]
             match = re.fullmatch(r"# Generated from book/(\w+\.md) by tools/export.py: .*", first_line)
             assert match, (module, first_line)
-            chapter = ROOT / "book" / match[1]
-            assert f"\nmodule: {module.stem}\n" in chapter.read_text(), (module, chapter)
+            chapter = (ROOT / "book" / match[1]).read_text()
+            assert f"\nmodule: {module.stem}\n" in chapter or f"export:{module.stem}" in chapter, (
+                module, match[1])
 
 
 def test_the_package_exposes_a_few_dozen_names_each_from_its_module():
@@ -45,6 +47,41 @@ def test_the_package_exposes_a_few_dozen_names_each_from_its_module():
         if name != "__version__":  # a function or class, defined in one of the modules
             assert value.__module__.startswith("transformer."), (name, value.__module__)
     assert "folder_lock" not in transformer.__all__, "engineering helpers stay in their module"
+
+
+def _package_imports(package: Path) -> dict[str, set[str]]:
+    """Each module of the package and the package's modules it imports, wherever the
+    import is (under TYPE_CHECKING and inside functions too)."""
+    graph = {}
+    for path in package.glob("*.py"):
+        if path.name in ("__init__.py", "__main__.py"):
+            continue
+        names = set()
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.ImportFrom) and node.level:  # from . import a, from .a import f
+                names.update(f"{package.name}.{node.module or alias.name}" for alias in node.names)
+            elif isinstance(node, ast.ImportFrom):
+                names.add(node.module or "")
+            elif isinstance(node, ast.Import):
+                names.update(alias.name for alias in node.names)
+        graph[path.stem] = {name.split(".")[1] for name in names if name.startswith(f"{package.name}.")}
+    return graph
+
+
+def test_no_module_imports_one_that_imports_it_back(tmp_path):
+    """graphlib (the standard library) finds the circles; on a package made with one, it
+    names it. File writing sits below everything: files.py imports nothing of the package."""
+    graph = _package_imports(ROOT / "transformer")
+    order = list(graphlib.TopologicalSorter(graph).static_order())
+    assert graph["files"] == set() and order.index("files") < order.index("checkpoints")
+    circle = tmp_path / "pkg"
+    circle.mkdir()
+    (circle / "a.py").write_text("from pkg.b import f\n")
+    (circle / "b.py").write_text("from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    from pkg.a import g\n")
+    (circle / "c.py").write_text("def h():\n    from . import a\n")
+    assert _package_imports(circle) == {"a": {"b"}, "b": {"a"}, "c": {"a"}}
+    with pytest.raises(graphlib.CycleError):
+        list(graphlib.TopologicalSorter(_package_imports(circle)).static_order())
 
 
 def test_no_module_imports_the_package_init():
@@ -177,13 +214,73 @@ def test_notebooks_for_nbval_and_colab_keep_the_chapter_and_install_only_on_cola
     exec(compile(first.source, "colab-cell", "exec"), {})  # outside Colab it does nothing
 
 
-def _merge(source: str) -> str:
+def _tool():
     import importlib.util
 
     spec = importlib.util.spec_from_file_location("export", ROOT / "tools" / "export.py")
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
-    return module.merge_methods(source, Path("chapter.md"))
+    return module
+
+
+def _merge(source: str) -> str:
+    return _tool().merge_methods(source, Path("chapter.md"))
+
+
+CHAPTER = """---
+jupytext:
+  notebook_metadata_filter: module
+  text_representation:
+    extension: .md
+    format_name: myst
+    format_version: 0.13
+module: main
+---
+
+```{{code-cell}} ipython3
+:tags: [{first}]
+
+def one():
+    return 1
+```
+
+```{{code-cell}} ipython3
+:tags: [{second}]
+
+def two():
+    return 2
+```
+
+```{{code-cell}} ipython3
+three = 3
+```
+"""
+
+
+@pytest.mark.parametrize("first, second, modules", [
+    ("export", "export", {"main": ["one", "two"]}),
+    ("export", "export:files", {"main": ["one"], "files": ["two"]}),
+    ("export:files", "export", {"files": ["one"], "main": ["two"]}),
+])
+def test_a_cell_goes_to_the_chapters_module_or_the_one_its_tag_names(tmp_path, first, second, modules):
+    chapter = tmp_path / "chapter.md"
+    chapter.write_text(CHAPTER.format(first=first, second=second))
+    sources = _tool().chapter_modules(chapter)
+    assert {name: _tool().public_names(source) for name, source in sources.items()} == modules
+    assert all(source.startswith("# Generated from book/chapter.md by tools/export.py")
+               for source in sources.values())
+
+
+@pytest.mark.parametrize("first, second, message", [
+    ("export:files", "export:other", "names module 'main' but no cell is tagged 'export'"),
+    ("export, export:files", "export", "a cell is tagged for 2 modules"),
+    ("export:no-name", "export", "a module must be a Python identifier, got 'no-name'"),
+])
+def test_a_chapters_export_tags_that_name_no_module_are_refused(tmp_path, first, second, message):
+    chapter = tmp_path / "chapter.md"
+    chapter.write_text(CHAPTER.format(first=first, second=second))
+    with pytest.raises(ValueError, match=re.escape(message)):
+        _tool().chapter_modules(chapter)
 
 
 def test_methods_added_in_later_cells_are_moved_into_their_class():

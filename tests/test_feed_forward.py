@@ -44,5 +44,5 @@ def test_gated_variants_multiply_by_a_linear_gate():
 def test_bad_activation_and_sizes_raise():
     with pytest.raises(ValueError, match="activation must be one of .*got 'tanh'"):
         PositionwiseFeedForward(16, 64, "tanh")
-    with pytest.raises(ValueError, match="d_model and d_ff must be positive"):
+    with pytest.raises(ValueError, match="d_ff must be a positive integer; got 0"):
         PositionwiseFeedForward(16, 0)

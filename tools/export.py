@@ -1,7 +1,8 @@
 """Export the chapters' code into the `transformer` package.
 
 Every chapter in book/ whose front matter names a `module` contributes the code cells
-tagged `export`, in order, to transformer/<module>.py; cells tagged `book-helper` (the book's cached runs, which the
+tagged `export`, in order, to transformer/<module>.py (and those tagged `export:NAME` to
+transformer/NAME.py: a chapter whose parts are separate concerns); cells tagged `book-helper` (the book's cached runs, which the
 chapters share but a user does not call) go to the private transformer/_book.py. The package's __init__.py
 re-exports the names of PUBLIC below (what a user calls; a module's other public names are
 imported from the module), utils.py holds the version and `add_to_class`, and when a chapter exports `cli`, __main__.py runs its main() for
@@ -88,34 +89,50 @@ PUBLIC = {
 MAX_PUBLIC = 40
 
 
-def chapter_module(chapter: Path) -> tuple[str, str] | None:
-    """Return (module name, module source) for one chapter, or None if it exports nothing."""
+def _target(tags: list[str], module: str | None) -> str | None:
+    """The module a cell goes to: `export` names the chapter's, `export:NAME` module NAME."""
+    targets = [module if tag == "export" else tag.split(":", 1)[1]
+               for tag in tags if tag == "export" or tag.startswith("export:")]
+    if len(targets) > 1:
+        raise ValueError(f"a cell is tagged for {len(targets)} modules: {tags}")
+    return targets[0] if targets else None
+
+
+def chapter_modules(chapter: Path) -> dict[str, str]:
+    """Map each module a chapter exports to its source: the cells tagged `export` go to
+    the module its front matter names, those tagged `export:NAME` to module NAME (a
+    chapter whose parts are separate concerns, such as file writing beside checkpoints)."""
     notebook = jupytext.read(chapter)
     module = notebook.metadata.get("module")
-    cells = [
-        cell.source.strip("\n")
-        for cell in notebook.cells
-        if cell.cell_type == "code" and "export" in cell.metadata.get("tags", [])
-    ]
-    if module is None:
-        if cells:
+    cells: dict[str, list[str]] = {}
+    for cell in notebook.cells:
+        if cell.cell_type != "code":
+            continue
+        tags = cell.metadata.get("tags", [])
+        if "export" in tags and module is None:
             raise ValueError(f"{chapter}: cells are tagged 'export' but the front matter names no 'module'")
-        return None
-    kept = notebook.metadata.get("jupytext", {}).get("notebook_metadata_filter", "")
-    if "module" not in kept.split(","):
-        raise ValueError(
-            f"{chapter}: add 'notebook_metadata_filter: module' under 'jupytext:' in the front matter, "
-            "or jupytext drops 'module' when the chapter is saved from Jupyter"
-        )
-    if not module.isidentifier():
-        raise ValueError(f"{chapter}: 'module' must be a Python identifier, got {module!r}")
-    if not cells:
-        raise ValueError(f"{chapter}: the front matter names module {module!r} but no cell is tagged 'export'")
+        target = _target(tags, module)
+        if target is not None:
+            cells.setdefault(target, []).append(cell.source.strip("\n"))
+    if module is not None:
+        kept = notebook.metadata.get("jupytext", {}).get("notebook_metadata_filter", "")
+        if "module" not in kept.split(","):
+            raise ValueError(
+                f"{chapter}: add 'notebook_metadata_filter: module' under 'jupytext:' in the front matter, "
+                "or jupytext drops 'module' when the chapter is saved from Jupyter"
+            )
+        if module not in cells:
+            raise ValueError(f"{chapter}: the front matter names module {module!r} but no cell is tagged 'export'")
     header = f"# Generated from book/{chapter.name} by tools/export.py: edit the chapter.\n"
-    body = merge_methods("\n\n\n".join(cells) + "\n", chapter)
-    names = public_names(body)
-    all_line = "\n\n__all__ = [\n" + "".join(f"    {n!r},\n" for n in names) + "]\n"
-    return module, header + body + all_line
+    sources = {}
+    for name, parts in cells.items():
+        if not name.isidentifier():
+            raise ValueError(f"{chapter}: a module must be a Python identifier, got {name!r}")
+        body = merge_methods("\n\n\n".join(parts) + "\n", chapter)
+        names = public_names(body)
+        all_line = "\n\n__all__ = [\n" + "".join(f"    {n!r},\n" for n in names) + "]\n"
+        sources[name] = header + body + all_line
+    return sources
 
 
 def _code(node: ast.AST) -> str:
@@ -232,14 +249,11 @@ def package_files(book: Path) -> dict[str, str]:
     if helpers is not None:
         files["_book.py"] = helpers
     for chapter in sorted(book.glob("*.md")):
-        exported = chapter_module(chapter)
-        if exported is None:
-            continue
-        module, source = exported
-        if module in chapters:
-            raise ValueError(f"{chapter} and {chapters[module]} both export module {module!r}")
-        chapters[module] = chapter
-        files[f"{module}.py"] = source
+        for module, source in chapter_modules(chapter).items():
+            if module in chapters:
+                raise ValueError(f"{chapter} and {chapters[module]} both export module {module!r}")
+            chapters[module] = chapter
+            files[f"{module}.py"] = source
     files["utils.py"] = UTILS
     files["__init__.py"] = package_init(files)
     if "cli.py" in files:

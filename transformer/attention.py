@@ -76,6 +76,34 @@ def local_mask(n: int, r: int, device: torch.device | None = None) -> Tensor:
     return (position[:, None] - position[None, :]).abs() <= r
 
 
+def head_sizes(
+    d_model: int, n_heads: int, d_k: int | None = None, d_v: int | None = None
+) -> tuple[int, int]:
+    """(d_k, d_v) of h = n_heads heads on d_model: each d_model / h unless given
+    (§3.2.2). Raises ValueError on sizes that are not positive integers, or on a
+    d_model that h does not divide when d_k or d_v is left to it."""
+    for name, value in (("d_model", d_model), ("n_heads", n_heads)):
+        if not isinstance(value, int) or isinstance(value, bool) or value <= 0:
+            raise ValueError(f"{name} must be a positive integer; got {value!r}")
+    for name, value in (("d_k", d_k), ("d_v", d_v)):
+        if value is not None and (
+            not isinstance(value, int) or isinstance(value, bool) or value <= 0
+        ):
+            raise ValueError(
+                f"{name} must be a positive integer or None (d_model // n_heads); "
+                f"got {value!r}"
+            )
+    if (d_k is None or d_v is None) and d_model % n_heads != 0:
+        raise ValueError(
+            "d_model must be divisible by n_heads to give d_k = d_v = "
+            f"d_model / n_heads; got d_model={d_model}, n_heads={n_heads} "
+            "(or pass d_k and d_v explicitly)"
+        )
+    return d_model // n_heads if d_k is None else d_k, (
+        d_model // n_heads if d_v is None else d_v
+    )
+
+
 class MultiHeadAttention(nn.Module):
     """Multi-head attention, MultiHead(Q, K, V) = Concat(head_1..head_h) W^O.
 
@@ -101,20 +129,8 @@ class MultiHeadAttention(nn.Module):
         bias: bool = True,
     ):
         super().__init__()
-        if d_model <= 0 or n_heads <= 0:
-            raise ValueError(
-                f"d_model and n_heads must be positive; got d_model={d_model}, "
-                f"n_heads={n_heads}"
-            )
-        if (d_k is None or d_v is None) and d_model % n_heads != 0:
-            raise ValueError(
-                "d_model must be divisible by n_heads to give d_k = d_v = "
-                f"d_model / n_heads; got d_model={d_model}, n_heads={n_heads} "
-                "(or pass d_k and d_v explicitly)"
-            )
+        self.d_k, self.d_v = head_sizes(d_model, n_heads, d_k, d_v)
         self.d_model, self.n_heads = d_model, n_heads
-        self.d_k = d_model // n_heads if d_k is None else d_k
-        self.d_v = d_model // n_heads if d_v is None else d_v
         self.dropout = dropout
         # W^Q, W^K and W^V stacked: rows [0, h d_k), [h d_k, 2 h d_k),
         # [2 h d_k, 2 h d_k + h d_v)
@@ -308,6 +324,7 @@ __all__ = [
     'padding_mask',
     'causal_mask',
     'local_mask',
+    'head_sizes',
     'MultiHeadAttention',
     'attend',
     'KeyValueCache',

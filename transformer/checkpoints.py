@@ -6,40 +6,14 @@ from __future__ import annotations
 
 import contextlib
 import os
-import secrets
-import shutil
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Iterator, Sequence
 from pathlib import Path
-from typing import BinaryIO
 
 import torch
 from tokenizers import Tokenizer
 
+from transformer.files import write_atomically
 from transformer.model import Transformer, TransformerConfig
-
-
-def write_atomically(path: str | Path, write: Callable[[BinaryIO], None]) -> Path:
-    """write(file) into PATH.PID.tmp, synced to the disk, then renamed to PATH (the
-    rename synced too): PATH is the old file or the whole new one, never a part, even
-    with several processes writing it. Nothing is left behind when write or the disk
-    fails."""
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    temporary = path.with_name(f"{path.name}.{os.getpid()}.tmp")
-    try:
-        with open(temporary, "wb") as file:
-            write(file)
-            file.flush()
-            os.fsync(file.fileno())  # the bytes on the disk before the name
-        os.replace(temporary, path)
-        folder = os.open(path.parent, os.O_RDONLY)
-        try:
-            os.fsync(folder)  # and the new name
-        finally:
-            os.close(folder)
-    finally:
-        temporary.unlink(missing_ok=True)
-    return path
 
 
 CHECKPOINT_FORMAT = "transformer-checkpoint-v1"
@@ -56,31 +30,6 @@ def save_checkpoint(state: dict, path: str | Path) -> Path:
             f"could not write {path} ({error}); "
             "the checkpoints written before it are intact"
         ) from error
-
-
-@contextlib.contextmanager
-def building_folder(folder: str | Path, keep_theirs: bool = False) -> Iterator[Path]:
-    """A new folder beside `folder`, to fill in the block. When the block ends without
-    an error, the old `folder` is deleted and the new one renamed to its name (a crash
-    in between leaves no folder, never a part of one); after an error the new one is
-    deleted. keep_theirs: if another process renamed its folder into place between
-    the two, keep that one (two runs building the same cache)."""
-    folder = Path(folder)
-    folder.parent.mkdir(parents=True, exist_ok=True)
-    # not tempfile.mkdtemp, whose folder only its owner may read: os.mkdir's mode
-    # follows the umask, as any folder the user makes
-    building = folder.with_name(f".{folder.name}.{os.getpid()}.{secrets.token_hex(4)}")
-    building.mkdir()
-    try:
-        yield building
-        shutil.rmtree(folder, ignore_errors=True)
-        try:
-            os.replace(building, folder)
-        except OSError:
-            if not keep_theirs or not folder.is_dir():
-                raise
-    finally:
-        shutil.rmtree(building, ignore_errors=True)
 
 
 def load_checkpoint(
@@ -291,9 +240,7 @@ def final_model(folder: str | Path) -> Path:
 
 
 __all__ = [
-    'write_atomically',
     'save_checkpoint',
-    'building_folder',
     'load_checkpoint',
     'load_model',
     'newest_checkpoints',

@@ -38,7 +38,7 @@ from tokenizers import (
 )
 from torch import Tensor
 
-from transformer.checkpoints import building_folder, write_atomically
+from transformer.files import building_folder, write_atomically
 
 
 PAD, UNK, BOS, EOS = 0, 1, 2, 3

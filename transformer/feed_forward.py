@@ -30,19 +30,24 @@ class PositionwiseFeedForward(nn.Module):
         "swiglu": F.silu,
     }
 
+    @classmethod
+    def check(cls, d_model: int, d_ff: int, activation: str) -> None:
+        """Raise ValueError unless the widths are positive integers and the
+        activation one of ACTIVATIONS (the model's configuration calls it too)."""
+        for name, value in (("d_model", d_model), ("d_ff", d_ff)):
+            if not isinstance(value, int) or isinstance(value, bool) or value <= 0:
+                raise ValueError(f"{name} must be a positive integer; got {value!r}")
+        if activation not in cls.ACTIVATIONS:
+            raise ValueError(
+                f"activation must be one of {sorted(cls.ACTIVATIONS)}; got "
+                f"{activation!r}"
+            )
+
     def __init__(
         self, d_model: int, d_ff: int, activation: str = "relu", dropout: float = 0.0
     ):
         super().__init__()
-        if activation not in self.ACTIVATIONS:
-            raise ValueError(
-                f"activation must be one of {sorted(self.ACTIVATIONS)}; got "
-                f"{activation!r}"
-            )
-        if d_model <= 0 or d_ff <= 0:
-            raise ValueError(
-                f"d_model and d_ff must be positive; got d_model={d_model}, d_ff={d_ff}"
-            )
+        self.check(d_model, d_ff, activation)
         self.activation = activation
         self.w_1 = nn.Linear(d_model, d_ff)
         self.v = nn.Linear(d_model, d_ff) if activation.endswith("glu") else None

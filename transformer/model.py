@@ -13,6 +13,7 @@ from torch import Tensor, nn
 from transformer.attention import (
     KeyValueCache,
     MultiHeadAttention,
+    head_sizes,
     padding_mask,
     segment_mask,
 )
@@ -66,30 +67,12 @@ class TransformerConfig:
 
     def _check_sizes(self) -> None:
         """Widths, counts and lengths: positive integers; heads that divide d_model."""
-        for name in (
-            "src_vocab_size",
-            "tgt_vocab_size",
-            "d_model",
-            "n_heads",
-            "d_ff",
-            "n_layers",
-            "max_len",
-        ):
+        for name in ("src_vocab_size", "tgt_vocab_size", "n_layers", "max_len"):
             value = getattr(self, name)
             if not isinstance(value, int) or isinstance(value, bool) or value <= 0:
                 raise ValueError(f"{name} must be a positive integer; got {value!r}")
-        for name in ("d_k", "d_v"):
-            value = getattr(self, name)
-            if value is not None and (not isinstance(value, int) or value <= 0):
-                raise ValueError(
-                    f"{name} must be a positive integer or None (d_model // n_heads); "
-                    f"got {value!r}"
-                )
-        if (self.d_k is None or self.d_v is None) and self.d_model % self.n_heads != 0:
-            raise ValueError(
-                "d_model must be divisible by n_heads (d_k = d_v = d_model / n_heads);"
-                f" got d_model={self.d_model}, n_heads={self.n_heads}"
-            )
+        head_sizes(self.d_model, self.n_heads, self.d_k, self.d_v)
+        PositionwiseFeedForward.check(self.d_model, self.d_ff, self.activation)
 
     def _check_rates(self) -> None:
         """Dropout rates in [0, 1), switches True or False, a positive LayerNorm
@@ -111,12 +94,6 @@ class TransformerConfig:
 
     def _check_choices(self) -> None:
         """Named options, and what they need of the sizes."""
-        if self.activation not in PositionwiseFeedForward.ACTIVATIONS:
-            raise ValueError(
-                "activation must be one of "
-                f"{sorted(PositionwiseFeedForward.ACTIVATIONS)}; "
-                f"got {self.activation!r}"
-            )
         if self.positional not in ("sinusoidal", "learned"):
             raise ValueError(
                 f"positional must be 'sinusoidal' or 'learned'; got {self.positional!r}"

@@ -11,7 +11,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from transformer.checkpoints import building_folder
+from transformer.files import building_folder
 from transformer.data import ParallelCorpus
 
 

@@ -13,23 +13,34 @@ import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import Protocol
 
 import torch
 import torch.distributed as dist
 from torch import Tensor
 from tqdm import tqdm
 
-from transformer.checkpoints import write_atomically
+from transformer.files import write_atomically
 
-if TYPE_CHECKING:
-    from transformer.trainer import TrainingConfig
+
+class RunSettings(Protocol):
+    """What the clock and the schedule read of a run's settings (the Trainer's
+    TrainingConfig has them all)."""
+
+    max_steps: int | None
+    max_minutes: float | None
+    checkpoint_every: int | None
+    checkpoint_minutes: float
+    log_every: int
+    warmup_steps: int
+    cooldown: float
+    planned: bool
 
 
 class Clock:
     """Decides, after each step, whether to stop and whether a checkpoint is due."""
 
-    def __init__(self, config: TrainingConfig, world_size: int, device: torch.device):
+    def __init__(self, config: RunSettings, world_size: int, device: torch.device):
         self.config, self.world_size, self.device = config, world_size, device
         self.started = self.last_checkpoint = time.perf_counter()
         self.shared_minutes = 0.0  # rank 0's minutes, as last broadcast
@@ -150,7 +161,7 @@ class Planner:
     """The rate of each update of a run: the paper's schedule until a plan is made
     (config.planned: from max_steps at once, or measured in a run of minutes)."""
 
-    def __init__(self, config: TrainingConfig, clock: Clock, peak: float, step: int):
+    def __init__(self, config: RunSettings, clock: Clock, peak: float, step: int):
         self.config, self.clock, self.peak, self.first = config, clock, peak, step
         self.plan, self.mark = None, 0.0  # mark: minutes at the first update counted
         if config.planned and config.max_minutes is None:
@@ -286,6 +297,7 @@ def deferred_signals(enabled: bool = True) -> Iterator[list[int]]:
 
 
 __all__ = [
+    'RunSettings',
     'Clock',
     'cooldown_factor',
     'scaled_rates',
