@@ -20,7 +20,7 @@ import torch
 
 from report import write_report
 from transformer import attention_weights, load_corpus, load_model, translate
-from transformer.data import BOS, EOS
+from transformer.tokenizer import BOS, EOS
 
 
 def main() -> None:

@@ -33,7 +33,7 @@ from transformer import (
     load_model,
     train_tokenizer,
 )
-from transformer.data import BOS, EOS, PAD
+from transformer.tokenizer import BOS, EOS, PAD
 
 
 class TorchGreedy(nn.Module):

@@ -10,7 +10,7 @@ import torch  # noqa: E402
 
 from transformer import Transformer, TransformerConfig, attention_weights, plot_attention  # noqa: E402
 from transformer.attention import padding_mask, scaled_dot_product_attention  # noqa: E402
-from transformer.data import PAD  # noqa: E402
+from transformer.tokenizer import PAD  # noqa: E402
 
 
 def _model():
@@ -69,7 +69,7 @@ def test_plot_attention_labels_queries_and_keys_and_checks_the_shape():
 
 def _number_tokenizer():
     from transformer import number_corpus
-    from transformer.data import train_tokenizer
+    from transformer.tokenizer import train_tokenizer
 
     corpus = number_corpus()
     return train_tokenizer((text for pair in corpus.splits["train"] for text in pair), 60)
@@ -77,7 +77,7 @@ def _number_tokenizer():
 
 def test_the_explorer_holds_every_weight_of_the_translation_it_shows():
     from transformer.attention_maps import explore
-    from transformer.data import BOS, EOS
+    from transformer.tokenizer import BOS, EOS
     from transformer.decoding import greedy_decode
 
     tokenizer = _number_tokenizer()

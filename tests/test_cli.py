@@ -410,7 +410,7 @@ def test_data_fetches_multi30k_into_the_folder_given(tmp_path, monkeypatch, caps
     import http.server
     import threading
 
-    from transformer.data import fetch_multi30k
+    from transformer.corpora import fetch_multi30k
 
     served = tmp_path / "served"
     served.mkdir()

@@ -20,23 +20,22 @@ from transformer import (
     read_parallel_files,
     train_tokenizer,
 )
-from transformer.data import (
+from transformer.batches import TokenizedSplit, collate, pair_lengths
+from transformer.corpora import (
+    MULTI30K_SHA256,
+    MULTI30K_URL,
+    fetch_multi30k,
+    load_hub_dataset,
+)
+from transformer.samplers import (
     BatchStream,
     PackedBatchSampler,
     TokenBatchSampler,
-    TokenizedSplit,
-    collate,
-    MULTI30K_SHA256,
-    MULTI30K_URL,
-    encode_pairs,
-    fetch_multi30k,
-    load_hub_dataset,
-    lowercases,
     pack_rows,
-    pair_lengths,
     row_lengths,
 )
-from transformer.data import BOS, EOS, PAD
+from transformer.tokenizer import encode_pairs, lowercases
+from transformer.tokenizer import BOS, EOS, PAD
 
 
 def test_number_corpus_is_deterministic_disjoint_and_german():
@@ -367,7 +366,7 @@ def test_prepared_arrays_hold_the_tokenizers_ids(tmp_path):
 
 
 def test_the_cache_is_reused_and_rebuilt_when_corpus_tokenizer_or_files_change(tmp_path, monkeypatch):
-    import transformer.data as data_module
+    import transformer.prepared as data_module
 
     builds = []
     original = data_module._write_split

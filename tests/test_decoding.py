@@ -16,7 +16,7 @@ from transformer import (
 from transformer import decoding
 from transformer.attention import padding_mask
 from transformer.decoding import StaticCacheSteps, length_penalty
-from transformer.data import BOS, EOS, PAD
+from transformer.tokenizer import BOS, EOS, PAD
 
 SMALL = dict(src_vocab_size=40, tgt_vocab_size=40, d_model=32, n_heads=4, d_ff=64, n_layers=2, dropout=0.0)
 

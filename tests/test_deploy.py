@@ -25,7 +25,7 @@ from transformer import (
 )
 from transformer.attention import padding_mask
 from transformer.cli import main
-from transformer.data import BOS, EOS, PAD
+from transformer.tokenizer import BOS, EOS, PAD
 from transformer.deploy import _check_dynamic, quantize_export
 from transformer.embeddings import Embeddings
 

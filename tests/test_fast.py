@@ -13,7 +13,7 @@ import torch.nn.functional as F
 import transformer.attention as attention_module
 from transformer import MultiHeadAttention, Transformer, TransformerConfig, scaled_dot_product_attention
 from transformer.attention import causal_mask, padding_mask, segment_mask
-from transformer.data import PAD
+from transformer.tokenizer import PAD
 from transformer.fast import (
     Dropout,
     FastPaths,

@@ -16,7 +16,7 @@ from transformer.parsing import (
     treebank,
     write_corpus,
 )
-from transformer.data import ParallelCorpus
+from transformer.corpora import ParallelCorpus
 from transformer.parsing import GRAMMAR, LEXICON
 
 

@@ -522,7 +522,7 @@ def test_a_model_smaller_than_the_tokenizer_is_refused():
 def test_lowercase_is_a_setting_of_the_run_and_travels_with_its_checkpoints(tiny_corpus, tmp_path):
     """lowercase=True: a tokenizer that lowercases (its normalizer maps "Eins" to "eins"),
     kept by the checkpoint's settings, so a resumed run keeps it."""
-    from transformer.data import lowercases
+    from transformer.tokenizer import lowercases
 
     for path in tiny_corpus.iterdir():
         path.write_text(path.read_text().title())

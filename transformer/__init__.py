@@ -25,13 +25,10 @@ from .checkpoints import (
 from .cli import (
     main,
 )
-from .data import (
+from .corpora import (
     load_corpus,
-    prepare_data,
-    PreparedData,
     number_corpus,
     read_parallel_files,
-    train_tokenizer,
 )
 from .decoding import (
     translate,
@@ -53,6 +50,13 @@ from .evaluation import (
 from .model import (
     Transformer,
     TransformerConfig,
+)
+from .prepared import (
+    prepare_data,
+    PreparedData,
+)
+from .tokenizer import (
+    train_tokenizer,
 )
 from .trainer import (
     Trainer,

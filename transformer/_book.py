@@ -13,7 +13,7 @@ from pathlib import Path
 import torch
 
 from transformer.files import write_atomically
-from transformer.data import default_cache_dir
+from transformer.prepared import default_cache_dir
 from transformer.model import Transformer, TransformerConfig
 from transformer.trainer import Trainer, TrainingConfig
 

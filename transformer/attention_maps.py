@@ -13,7 +13,7 @@ import torch
 from tokenizers import Tokenizer
 from torch import Tensor
 
-from transformer.data import BOS, EOS
+from transformer.tokenizer import BOS, EOS
 from transformer.decoding import beam_search, encode_sources, greedy_decode
 from transformer.model import Transformer
 

@@ -24,7 +24,8 @@ from transformer.checkpoints import (
     write_atomically,
     write_final_model,
 )
-from transformer.data import fetch_multi30k, load_corpus, lowercases
+from transformer.corpora import fetch_multi30k, load_corpus
+from transformer.tokenizer import lowercases
 from transformer.decoding import translate
 from transformer.deploy import export_onnx
 from transformer.devices import pick_device

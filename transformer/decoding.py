@@ -14,7 +14,7 @@ from tokenizers import Tokenizer
 from torch import Tensor
 
 from transformer.attention import KeyValueCache, padding_mask
-from transformer.data import BOS, EOS, PAD
+from transformer.tokenizer import BOS, EOS, PAD
 from transformer.model import Transformer, to_autocast_dtype
 
 

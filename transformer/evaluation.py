@@ -11,7 +11,7 @@ from importlib.metadata import version
 from sacrebleu.metrics import BLEU, CHRF
 from tokenizers import Tokenizer
 
-from transformer.data import lowercases
+from transformer.tokenizer import lowercases
 from transformer.decoding import translate
 from transformer.model import Transformer
 

@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from transformer.files import building_folder
-from transformer.data import ParallelCorpus
+from transformer.corpora import ParallelCorpus
 
 
 @dataclass(frozen=True)

@@ -22,16 +22,10 @@ from transformer.checkpoints import (
     save_checkpoint,
     training_checkpoint,
 )
-from transformer.data import (
-    PAD,
-    Batch,
-    BatchStream,
-    PreparedData,
-    PackedBatchSampler,
-    TokenBatchSampler,
-    TokenizedSplit,
-    prepare_data,
-)
+from transformer.batches import Batch, TokenizedSplit
+from transformer.prepared import PreparedData, prepare_data
+from transformer.samplers import BatchStream, PackedBatchSampler, TokenBatchSampler
+from transformer.tokenizer import PAD
 from transformer.devices import (
     all_gather,
     autocast,

@@ -7,7 +7,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from transformer.data import PAD
+from transformer.tokenizer import PAD
 
 
 def learning_rate(
