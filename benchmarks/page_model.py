@@ -34,9 +34,9 @@ from transformer import (  # noqa: E402
     translate,
 )
 from transformer.attention_maps import attention_weights  # noqa: E402
-from transformer.tokenizer import lowercases  # noqa: E402
 from transformer.decoding import encode_sources  # noqa: E402
 from transformer.evaluation import corpus_bleu, tokenized_bleu  # noqa: E402
+from transformer.tokenizer import lowercases  # noqa: E402
 
 
 def scores(hypotheses: list[str], references: list[str], lowercase: bool, lang: str) -> dict:

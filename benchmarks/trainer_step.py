@@ -69,9 +69,9 @@ import torch
 from report import machine, spread, write_report
 from train_throughput import TorchPeer, bare_step, peak_tflops, sync
 from transformer import Trainer, TrainingConfig, TransformerConfig, label_smoothed_loss
+from transformer.devices import autocast
 from transformer.prepared import prepare_data
 from transformer.tokenizer import PAD
-from transformer.devices import autocast
 from transformer.training import learning_rate
 
 

@@ -11,8 +11,8 @@ import sacrebleu
 import torch
 
 from transformer import cli
-from transformer.cli import main
 from transformer.checkpoints import load_checkpoint
+from transformer.cli import main
 
 
 def test_python_m_transformer_runs_the_command_line():

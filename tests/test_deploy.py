@@ -25,9 +25,9 @@ from transformer import (
 )
 from transformer.attention import padding_mask
 from transformer.cli import main
-from transformer.tokenizer import BOS, EOS, PAD
 from transformer.deploy import _check_dynamic, quantize_export
 from transformer.embeddings import Embeddings
+from transformer.tokenizer import BOS, EOS, PAD
 
 SENTENCES = [f"{a} {b} and {c}" for a in ("one", "two", "three") for b in ("red", "blue")
              for c in ("cats", "dogs", "birds")]

@@ -13,7 +13,6 @@ import torch.nn.functional as F
 import transformer.attention as attention_module
 from transformer import MultiHeadAttention, Transformer, TransformerConfig, scaled_dot_product_attention
 from transformer.attention import causal_mask, padding_mask, segment_mask
-from transformer.tokenizer import PAD
 from transformer.fast import (
     Dropout,
     FastPaths,
@@ -23,6 +22,7 @@ from transformer.fast import (
     output_loss,
     reference_paths,
 )
+from transformer.tokenizer import PAD
 
 
 @pytest.fixture(autouse=True)

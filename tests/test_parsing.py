@@ -7,6 +7,7 @@ from collections import Counter
 import pytest
 
 from transformer import read_parallel_files
+from transformer.corpora import ParallelCorpus
 from transformer.parsing import (
     Tree,
     bracket_scores,
@@ -16,7 +17,6 @@ from transformer.parsing import (
     treebank,
     write_corpus,
 )
-from transformer.corpora import ParallelCorpus
 from transformer.parsing import GRAMMAR, LEXICON
 
 

@@ -13,8 +13,8 @@ from pathlib import Path
 import torch
 
 from transformer.files import write_atomically
-from transformer.prepared import default_cache_dir
 from transformer.model import Transformer, TransformerConfig
+from transformer.prepared import default_cache_dir
 from transformer.trainer import Trainer, TrainingConfig
 
 

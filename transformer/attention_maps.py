@@ -13,9 +13,9 @@ import torch
 from tokenizers import Tokenizer
 from torch import Tensor
 
-from transformer.tokenizer import BOS, EOS
 from transformer.decoding import beam_search, encode_sources, greedy_decode
 from transformer.model import Transformer
+from transformer.tokenizer import BOS, EOS
 
 
 @torch.no_grad()

@@ -25,13 +25,19 @@ from transformer.checkpoints import (
     write_final_model,
 )
 from transformer.corpora import fetch_multi30k, load_corpus
-from transformer.tokenizer import lowercases
 from transformer.decoding import translate
 from transformer.deploy import export_onnx
 from transformer.devices import pick_device
 from transformer.evaluation import evaluate
 from transformer.model import PRESETS, TransformerConfig
-from transformer.trainer import GPU_TEXT_STEPS, Trainer, TrainingConfig
+from transformer.tokenizer import lowercases
+from transformer.trainer import (
+    GPU_TEXT_STEPS,
+    Trainer,
+    TrainingConfig,
+    default_preset,
+    final_average,
+)
 from transformer.utils import __version__
 
 
@@ -274,7 +280,7 @@ def _add_run_options(group: argparse._ArgumentGroup) -> None:
 def _new_trainer(args: argparse.Namespace, given: dict) -> Trainer:
     """A Trainer for a new run: the preset's settings under the options given."""
     text = given.get("data", "numbers") != "numbers"
-    preset = args.preset or ("tiny" if text else "small")
+    preset = args.preset or default_preset(text)
     cuda = pick_device(given.get("device", "auto")).type == "cuda"
     config = TrainingConfig.preset(preset, text, cuda, **given)
     model_given = {k: v for k in MODEL_OPTIONS if (v := getattr(args, k)) is not None}
@@ -317,8 +323,7 @@ def _train(args: argparse.Namespace) -> int:
     if "interrupted" in result:
         return 128 + result["interrupted"]  # the shell's status for a signal
     if trainer.rank == 0:
-        cooled = trainer.config.cooldown or trainer.config.planned  # the rate fell to 0
-        n = args.average_last or (1 if cooled else 5)
+        n = final_average(trainer.config, args.average_last)
         final, note = write_final_model(trainer.out, n)
         print(note)
         summary = f"done: {result['step']} steps in {result['minutes']:.1f} min"

@@ -14,8 +14,9 @@ from tokenizers import Tokenizer
 from torch import Tensor
 
 from transformer.attention import KeyValueCache, padding_mask
-from transformer.tokenizer import BOS, EOS, PAD
+from transformer.devices import default_static_cache
 from transformer.model import Transformer, to_autocast_dtype
+from transformer.tokenizer import BOS, EOS, PAD
 
 
 def _output_limits(
@@ -77,7 +78,7 @@ def _decoder_steps(
     table)."""
     fits = length <= model.config.max_len
     if static_cache is None:
-        static_cache = use_cache and memory.device.type == "cuda" and fits
+        static_cache = use_cache and default_static_cache(memory.device) and fits
     if static_cache and not use_cache:
         raise ValueError("static_cache=True is a cache: it needs use_cache=True")
     if static_cache and not fits:

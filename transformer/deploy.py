@@ -20,10 +20,10 @@ from torch import Tensor, nn
 
 from transformer.attention import KeyValueCache, padding_mask
 from transformer.attention_maps import attention_weights
-from transformer.files import building_folder
-from transformer.tokenizer import BOS, EOS, PAD, lowercases
 from transformer.decoding import encode_sources, next_token_log_probs, length_penalty
+from transformer.files import building_folder
 from transformer.model import Transformer
+from transformer.tokenizer import BOS, EOS, PAD, lowercases
 from transformer.utils import __version__
 
 

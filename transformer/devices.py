@@ -130,6 +130,36 @@ def all_gather(value: Tensor, world_size: int) -> list[Tensor]:
     return gathered
 
 
+def default_compile(device: torch.device) -> bool:
+    """torch.compile the training step on CUDA, where fused kernels repay the compile
+    within minutes; not on a CPU, where a short run would not repay it."""
+    return device.type == "cuda"
+
+
+def default_pad_multiple(compiled: bool) -> int:
+    """Pad batch lengths to a multiple of 8 for a compiled step (fewer shapes to compile
+    for, and tensor cores work in multiples of 8); not at all otherwise."""
+    return 8 if compiled else 1
+
+
+def default_pin_memory(device: torch.device) -> bool:
+    """Batches in page-locked memory on CUDA, so that their copies to the GPU run while
+    it computes; a CPU has nothing to copy."""
+    return device.type == "cuda"
+
+
+def default_static_cache(device: torch.device) -> bool:
+    """Decode with a fixed-size key/value cache on CUDA, so that each step replays as a
+    CUDA graph (launching its kernels costs more than running them); not on a CPU."""
+    return device.type == "cuda"
+
+
+def default_fused_adam(device: torch.device) -> bool | None:
+    """Adam's one-kernel update of every parameter on the devices torch has it for
+    (CUDA, CPU); None elsewhere: torch's own choice."""
+    return device.type in ("cuda", "cpu") or None
+
+
 __all__ = [
     'pick_device',
     'cpu_bf16_speedup',
@@ -140,4 +170,9 @@ __all__ = [
     'data_parallel',
     'sum_over_ranks',
     'all_gather',
+    'default_compile',
+    'default_pad_multiple',
+    'default_pin_memory',
+    'default_static_cache',
+    'default_fused_adam',
 ]

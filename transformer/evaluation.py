@@ -11,9 +11,9 @@ from importlib.metadata import version
 from sacrebleu.metrics import BLEU, CHRF
 from tokenizers import Tokenizer
 
-from transformer.tokenizer import lowercases
 from transformer.decoding import translate
 from transformer.model import Transformer
+from transformer.tokenizer import lowercases
 
 
 def _check_pairs(hypotheses: Sequence[str], references: Sequence[str]) -> None:

@@ -11,8 +11,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from transformer.files import building_folder
 from transformer.corpora import ParallelCorpus
+from transformer.files import building_folder
 
 
 @dataclass(frozen=True)

@@ -14,6 +14,7 @@ import torch
 from tokenizers import Tokenizer
 from torch import Tensor
 
+from transformer.batches import Batch, TokenizedSplit
 from transformer.checkpoints import (
     check_output_folder,
     checkpoint_path,
@@ -22,22 +23,22 @@ from transformer.checkpoints import (
     save_checkpoint,
     training_checkpoint,
 )
-from transformer.batches import Batch, TokenizedSplit
-from transformer.prepared import PreparedData, prepare_data
-from transformer.samplers import BatchStream, PackedBatchSampler, TokenBatchSampler
-from transformer.tokenizer import PAD
 from transformer.devices import (
     all_gather,
     autocast,
     autocast_dtype,
     check_precision,
     data_parallel,
+    default_compile,
+    default_pad_multiple,
+    default_pin_memory,
     init_distributed,
     pick_device,
     sum_over_ranks,
 )
 from transformer.fast import FastPaths, keep_freed_memory, output_loss
 from transformer.model import Transformer, TransformerConfig
+from transformer.prepared import PreparedData, prepare_data
 from transformer.runs import (
     Clock,
     LossWindow,
@@ -47,6 +48,8 @@ from transformer.runs import (
     run_log,
     scaled_rates,
 )
+from transformer.samplers import BatchStream, PackedBatchSampler, TokenBatchSampler
+from transformer.tokenizer import PAD
 from transformer.training import label_smoothed_loss, learning_rate, make_optimizer
 
 
@@ -171,11 +174,8 @@ class TrainingConfig:
             given = {**given, "max_steps": GPU_TEXT_STEPS}
         told = ("checkpoint_minutes", "checkpoint_every")
         if all(given.get(name) is None for name in told):
-            # 15 checkpoints in all, 5 in the last third: the final model's average
-            if given.get("max_minutes") is not None:
-                settings["checkpoint_minutes"] = min(10.0, given["max_minutes"] / 15)
-            if given.get("max_steps") is not None:
-                settings["checkpoint_every"] = max(1, given["max_steps"] // 15)
+            budget = given.get("max_steps"), given.get("max_minutes")
+            settings |= checkpoint_spacing(*budget)
         return cls(**{**settings, **given})
 
 
@@ -204,6 +204,32 @@ SMALL_DATA = {  # the small preset's vocabulary and batch: numbers, or real text
     "text": {"vocab_size": 8000, "max_tokens": 4000, "eval_every": 400},
 }
 GPU_TEXT_STEPS = 16_000  # the tiny preset's budget on real text on a CUDA GPU
+
+
+def default_preset(text: bool) -> str:
+    """tiny on real text (a width that trains in minutes on a CPU and in one GPU run
+    matches the published Multi30k figures); small on the number corpus."""
+    return "tiny" if text else "small"
+
+
+def checkpoint_spacing(max_steps: int | None, max_minutes: float | None) -> dict:
+    """About 15 checkpoints over the budget (steps, minutes or both; at most 10 minutes
+    apart, the paper's), so that the run's last third holds the 5 its final model
+    averages."""
+    spacing = {}
+    if max_minutes is not None:
+        spacing["checkpoint_minutes"] = min(10.0, max_minutes / 15)
+    if max_steps is not None:
+        spacing["checkpoint_every"] = max(1, max_steps // 15)
+    return spacing
+
+
+def final_average(config: TrainingConfig, average_last: int | None = None) -> int:
+    """How many of the newest checkpoints the final model averages: average_last if
+    given, else the paper's 5, or 1 after a run whose rate fell to 0 at its end (a
+    cool-down or a planned schedule), whose last checkpoint is already the end of a
+    decay."""
+    return average_last or (1 if config.cooldown or config.planned else 5)
 
 
 def rank_sampler(
@@ -247,7 +273,7 @@ class TrainBatches:
         if self._stream is None:
             self._stream = iter(BatchStream(
                 self.split, self.sampler, self.epoch, self.index, self.prefetch,
-                pin_memory=self.device.type == "cuda",
+                pin_memory=default_pin_memory(self.device),
             ))
         batch, self.epoch, self.index = next(self._stream)
         return batch.to(self.device)
@@ -369,10 +395,11 @@ class Trainer:
         self.dtype = autocast_dtype(config.precision, self.device)
         self.scaler = torch.amp.GradScaler(self.device.type,
                                            enabled=self.dtype == torch.float16)
-        on_gpu = self.device.type == "cuda"  # compiled on a GPU, by default
-        self.compile = on_gpu if config.compile is None else config.compile
+        self.compile = (default_compile(self.device) if config.compile is None
+                        else config.compile)
+        pad = config.pad_multiple or default_pad_multiple(self.compile)
         sampler = rank_sampler(data.train.lengths(), config, self.rank, self.world_size,
-                               config.pad_multiple or (8 if self.compile else 1))
+                               pad)
         self.batches = TrainBatches(data.train, sampler, config.prefetch, self.device)
         self.network = data_parallel(self.model, self.device, self.world_size)
         self.forward_loss = self._loss if not self.compile else torch.compile(
@@ -572,6 +599,9 @@ def model_and_data(
 
 __all__ = [
     'TrainingConfig',
+    'default_preset',
+    'checkpoint_spacing',
+    'final_average',
     'rank_sampler',
     'TrainBatches',
     'training_state',

@@ -7,6 +7,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
+from transformer.devices import default_fused_adam
 from transformer.tokenizer import PAD
 
 
@@ -25,11 +26,9 @@ def make_optimizer(
 ) -> tuple[torch.optim.Adam, torch.optim.lr_scheduler.LambdaLR]:
     """Adam(0.9, 0.98, 1e-9) and the schedule above; call schedule.step() after each
     update."""
-    device = next(model.parameters()).device.type
-    # fused: one kernel for all parameters, on the devices where torch has it
     optimizer = torch.optim.Adam(
         model.parameters(), lr=1.0, betas=(0.9, 0.98), eps=1e-9,
-        fused=device in ("cuda", "cpu") or None,
+        fused=default_fused_adam(next(model.parameters()).device),
     )
     schedule = torch.optim.lr_scheduler.LambdaLR(
         optimizer, lambda done: learning_rate(done + 1, d_model, warmup_steps, scale)
