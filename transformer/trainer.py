@@ -206,32 +206,6 @@ SMALL_DATA = {  # the small preset's vocabulary and batch: numbers, or real text
 GPU_TEXT_STEPS = 16_000  # the tiny preset's budget on real text on a CUDA GPU
 
 
-def default_preset(text: bool) -> str:
-    """tiny on real text (a width that trains in minutes on a CPU and in one GPU run
-    matches the published Multi30k figures); small on the number corpus."""
-    return "tiny" if text else "small"
-
-
-def checkpoint_spacing(max_steps: int | None, max_minutes: float | None) -> dict:
-    """About 15 checkpoints over the budget (steps, minutes or both; at most 10 minutes
-    apart, the paper's), so that the run's last third holds the 5 its final model
-    averages."""
-    spacing = {}
-    if max_minutes is not None:
-        spacing["checkpoint_minutes"] = min(10.0, max_minutes / 15)
-    if max_steps is not None:
-        spacing["checkpoint_every"] = max(1, max_steps // 15)
-    return spacing
-
-
-def final_average(config: TrainingConfig, average_last: int | None = None) -> int:
-    """How many of the newest checkpoints the final model averages: average_last if
-    given, else the paper's 5, or 1 after a run whose rate fell to 0 at its end (a
-    cool-down or a planned schedule), whose last checkpoint is already the end of a
-    decay."""
-    return average_last or (1 if config.cooldown or config.planned else 5)
-
-
 def rank_sampler(
     lengths: np.ndarray,
     config: TrainingConfig,
@@ -597,11 +571,34 @@ def model_and_data(
     return Transformer(model_config), data
 
 
+def default_preset(text: bool) -> str:
+    """tiny on real text (a width that trains in minutes on a CPU and in one GPU run
+    matches the published Multi30k figures); small on the number corpus."""
+    return "tiny" if text else "small"
+
+
+def checkpoint_spacing(max_steps: int | None, max_minutes: float | None) -> dict:
+    """About 15 checkpoints over the budget (steps, minutes or both; at most 10 minutes
+    apart, the paper's), so that the run's last third holds the 5 its final model
+    averages."""
+    spacing = {}
+    if max_minutes is not None:
+        spacing["checkpoint_minutes"] = min(10.0, max_minutes / 15)
+    if max_steps is not None:
+        spacing["checkpoint_every"] = max(1, max_steps // 15)
+    return spacing
+
+
+def final_average(config: TrainingConfig, average_last: int | None = None) -> int:
+    """How many of the newest checkpoints the final model averages: average_last if
+    given, else the paper's 5, or 1 after a run whose rate fell to 0 at its end (a
+    cool-down or a planned schedule), whose last checkpoint is already the end of a
+    decay."""
+    return average_last or (1 if config.cooldown or config.planned else 5)
+
+
 __all__ = [
     'TrainingConfig',
-    'default_preset',
-    'checkpoint_spacing',
-    'final_average',
     'rank_sampler',
     'TrainBatches',
     'training_state',
@@ -613,4 +610,7 @@ __all__ = [
     'stopped_by_signal',
     'compile_options',
     'model_and_data',
+    'default_preset',
+    'checkpoint_spacing',
+    'final_average',
 ]
