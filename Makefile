@@ -35,8 +35,8 @@ test test-quick test-browser book: export TRANSFORMER_CACHE := $(CURDIR)/build/c
 
 # A test process for each core (pytest-xdist), each with one thread (two processes that each
 # spread torch's work over every core make each other wait); a file, or a chapter's
-# notebook, runs whole in one of them.
-PYTEST := $(BIN)/python -m pytest -n auto --dist loadfile
+# notebook, runs whole in one of them, the heaviest first (tests/conftest.py).
+PYTEST := $(BIN)/python -m pytest -n auto --dist loadfile --no-loadscope-reorder
 # The browser tests too: they load the runs `make test` trained, whose cache key holds torch's
 # thread count (book/trainer.md's train_once: the count changes a run's last bits).
 test test-quick test-browser: export OMP_NUM_THREADS := 1

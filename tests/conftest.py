@@ -80,7 +80,25 @@ class ChapterOutputs:
         get_cache(self.cache).cache_notebook_bundle(bundle, check_validity=False, overwrite=True)
 
 
+# The units of work of `make test` (a chapter's notebook, or a test file: --dist loadfile)
+# that take a minute or more on a 2-core CPU, longest first as make test's --durations
+# measured them; the Makefile turns off xdist's own order (by count of tests). Started
+# first, they leave the short units for the end, where one process would otherwise work
+# alone. The first trains the book's number run, which six other chapters load
+# (train_once): started after it, they do not wait on its lock.
+HEAVIEST_FIRST = [
+    "build/notebooks/results.ipynb", "tests/test_benchmarks.py", "tests/test_trainer.py",
+    "build/notebooks/parsing.ipynb", "tests/test_deploy.py", "tests/test_readme.py",
+    "build/notebooks/trainer.ipynb", "tests/test_cli.py", "build/notebooks/deploy.ipynb",
+    "build/notebooks/training.ipynb",
+]
+
+
 def pytest_collection_modifyitems(config, items):
+    """The heaviest units first (the same order in every worker, as xdist asks); tests marked
+    gpu skipped without CUDA."""
+    rank = {unit: number for number, unit in enumerate(HEAVIEST_FIRST)}
+    items.sort(key=lambda item: rank.get(item.nodeid.split("::")[0], len(rank)))
     if torch.cuda.is_available():
         return
     skip = pytest.mark.skip(reason="needs a CUDA device")

@@ -225,11 +225,11 @@ def test_report_writes_the_command_from_the_repository_and_the_code_that_ran(
     monkeypatch.setattr(sys, "argv", [
         "trainer_step.py", "--presets", "base", "--out", "results/x.json",
         f"--data={root.parent / 'shared' / 'data'}", str(root / "runs" / "a"),
-        str(tmp_path / "y.json"),
+        "/elsewhere/y.json",  # outside the root's folder: kept absolute
     ])
     assert report.command_line() == (
         "python benchmarks/trainer_step.py --presets base --out benchmarks/results/x.json "
-        f"--data=../shared/data runs/a {tmp_path / 'y.json'}"
+        "--data=../shared/data runs/a /elsewhere/y.json"
     )
     out = tmp_path / "record.json"
     monkeypatch.setattr(report, "GIT", {"commit": "abc", "dirty": False})

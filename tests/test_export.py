@@ -1,7 +1,10 @@
 """The committed package is exactly what the chapters export (tools/export.py)."""
 
 import ast
+import contextlib
+import functools
 import graphlib
+import io
 import re
 import shutil
 import subprocess
@@ -14,7 +17,12 @@ ROOT = Path(__file__).resolve().parent.parent
 
 
 def export(*args: str) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, str(ROOT / "tools" / "export.py"), *args], capture_output=True, text=True)
+    """tools/export.py's main with these arguments, in this process (a process of its own
+    proves nothing more, and the chapters are then parsed once for all the calls)."""
+    out, err = io.StringIO(), io.StringIO()
+    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+        code = _tool().main(list(args))
+    return subprocess.CompletedProcess(args, code, out.getvalue(), err.getvalue())
 
 
 def test_committed_package_matches_the_chapters():
@@ -214,6 +222,7 @@ def test_notebooks_for_nbval_and_colab_keep_the_chapter_and_install_only_on_cola
     exec(compile(first.source, "colab-cell", "exec"), {})  # outside Colab it does nothing
 
 
+@functools.cache
 def _tool():
     import importlib.util
 
@@ -360,3 +369,14 @@ def test_bibliography_labels_read_like_the_author_year_citations():
     keys = ["vaswani2017attention", "press2017using", "kaplan2020scaling"]
     labels = list(extension.AuthorYearLabels().format_labels([entries[k] for k in keys]))
     assert labels == ["Vaswani et al., 2017", "Press and Wolf, 2017", "Kaplan et al., 2020"]
+
+
+def test_the_units_make_test_starts_first_exist():
+    """conftest.py's HEAVIEST_FIRST names test files and chapters' notebooks that are there (a
+    renamed one would silently lose its place)."""
+    from conftest import HEAVIEST_FIRST
+
+    for unit in HEAVIEST_FIRST:
+        path = Path(unit)
+        exists = (ROOT / "book" / f"{path.stem}.md") if path.suffix == ".ipynb" else ROOT / path
+        assert exists.is_file(), unit

@@ -32,9 +32,10 @@ def _fenced(language: str) -> list[str]:
     return re.findall(rf"```{language}\n(.*?)```", (ROOT / "README.md").read_text(), re.S)
 
 
-def _environment(tmp_path: Path) -> dict:
-    return {**os.environ, "TRANSFORMER_CACHE": str(tmp_path / "cache"),
-            "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}"}
+def _environment() -> dict:
+    """This Python first on PATH; the session's cache of prepared corpora and runs (conftest.py:
+    make test's, where the chapters prepared the number corpus)."""
+    return {**os.environ, "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}"}
 
 
 @pytest.mark.slow
@@ -42,7 +43,7 @@ def test_the_readme_examples_run_as_pasted(tmp_path, monkeypatch):
     """The command-line example (trained for 6 steps instead of 1,000: enough for the average of
     its last checkpoints that translate and evaluate load), then the Python one."""
     (commands,) = [block for block in _fenced("console") if "train --data numbers" in block]
-    env = _environment(tmp_path)
+    env = _environment()
     lines = commands.strip().splitlines()
     assert len(lines) == 3 and "--max-steps 1000" in lines[0]
     for line in lines:
@@ -74,7 +75,7 @@ def test_the_readme_real_text_example_runs_as_pasted(tmp_path):
     outputs = []
     for line in lines:
         line = line.replace("--max-minutes 60", "--max-steps 3").replace("--max-minutes 30", "--max-steps 5")
-        result = subprocess.run(line, shell=True, cwd=tmp_path, env=_environment(tmp_path), capture_output=True,
+        result = subprocess.run(line, shell=True, cwd=tmp_path, env=_environment(), capture_output=True,
                                 text=True)
         assert result.returncode == 0, (line, result.stderr[-2000:])
         outputs.append(result.stdout)

@@ -193,52 +193,41 @@ def test_ctrl_c_mid_step_finishes_the_step_and_resumes_exactly(tiny_corpus, tmp_
 
 @pytest.mark.slow
 def test_killed_at_any_moment_a_resumed_run_ends_as_the_uninterrupted_one(tiny_corpus, tmp_path):
-    """Crash safety as databases test it: real processes stopped by SIGINT, SIGTERM or SIGKILL
-    at several moments (checkpoints are written every step, so some kills land in a write),
-    resumed until done, compared with a run that was never stopped."""
+    """Crash safety as databases test it: one run of real processes, stopped by SIGKILL, SIGINT,
+    SIGTERM, SIGKILL and SIGKILL again (checkpoints are written every step, so the SIGKILLs can
+    land in a write), resumed after each, ends as a run that was never stopped. Processes,
+    because a signal stops a process: seven of them, the uninterrupted one beside the rest."""
     def train(out, *more):
         return [sys.executable, "-m", "transformer", "train", "--data", str(tiny_corpus), "--vocab-size", "60",
                 "--max-tokens", "200", "--max-steps", "12", "--checkpoint-every", "1", "--keep-checkpoints", "3",
                 "--precision", "fp32", "--eval-every", "5", "--out", str(out), *more]
-    env = {**os.environ, "OMP_NUM_THREADS": "1"}
-    kills = [(signal.SIGINT, 3), (signal.SIGTERM, 6), (signal.SIGKILL, 2), (signal.SIGKILL, 7), (signal.SIGKILL, 10)]
-    # every run in flight at once: each process mostly starts Python and imports torch
-    whole = subprocess.Popen(train(tmp_path / "whole"), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=env)
-    runs = [(tmp_path / f"run-{number}", how, after,
-             subprocess.Popen(train(tmp_path / f"run-{number}"), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-                              env=env))
-            for number, (how, after) in enumerate(kills)]
-    stopping = list(runs)
-    while stopping:
-        for run in list(stopping):
-            out, how, after, process = run
-            newest = max((p.name for p in out.glob("checkpoint-*.pt")), default="")
-            if newest >= f"checkpoint-{after:08d}.pt":
-                process.send_signal(how)
-                stopping.remove(run)
-            else:
-                assert process.poll() is None, "the run ended before it could be stopped"
-        time.sleep(0.01)
-    assert whole.wait() == 0
+
+    def start(*command):
+        env = {**os.environ, "OMP_NUM_THREADS": "1"}
+        return subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=env)
+
+    def newest(out):
+        return max((p.name for p in out.glob("checkpoint-*.pt")), default="")
+
+    whole, out = start(*train(tmp_path / "whole")), tmp_path / "killed"
+    process = start(*train(out))
+    # two steps apart: a SIGKILL in the write of the next checkpoint still leaves the
+    # resumed process a step to make before the next signal
+    for how, after in [(signal.SIGKILL, 2), (signal.SIGINT, 4), (signal.SIGTERM, 6), (signal.SIGKILL, 8),
+                       (signal.SIGKILL, 10)]:
+        while newest(out) < f"checkpoint-{after:08d}.pt":
+            assert process.poll() is None, f"the run ended before it could be stopped after step {after}"
+            time.sleep(0.01)
+        process.send_signal(how)
+        assert process.wait() == (-9 if how == signal.SIGKILL else 128 + how), (how.name, after)
+        assert newest(out) < "checkpoint-00000012.pt", f"{how.name} after step {after} came too late"
+        process = start(*train(out, "--resume", str(out)))
+    assert process.wait() == 0 and whole.wait() == 0
     expected = load_checkpoint(tmp_path / "whole" / "checkpoint-00000012.pt")["model"]
-    for out, how, after, process in runs:
-        assert process.wait() == (-9 if how == signal.SIGKILL else 128 + how)
-    resuming = {out: None for out, *_ in runs}
-    while resuming:  # resumed, all at once, until each has made its last step
-        for out, process in list(resuming.items()):
-            if process is None or process.poll() is not None:
-                assert process is None or process.returncode == 0, out
-                if (out / "checkpoint-00000012.pt").exists():
-                    del resuming[out]
-                else:
-                    resuming[out] = subprocess.Popen(train(out, "--resume", str(out)), stdout=subprocess.DEVNULL,
-                                                     stderr=subprocess.DEVNULL, env=env)
-        time.sleep(0.01)
-    for out, how, after, _ in runs:
-        for name, weights in load_checkpoint(out / "checkpoint-00000012.pt")["model"].items():
-            assert torch.equal(weights, expected[name]), f"{how.name} after step {after}: {name} differs"
-        steps = [json.loads(line)["step"] for line in (out / "metrics.jsonl").read_text().splitlines()]
-        assert steps == sorted(steps) and not list(out.glob("*.tmp")), how.name
+    for name, weights in load_checkpoint(out / "checkpoint-00000012.pt")["model"].items():
+        assert torch.equal(weights, expected[name]), f"{name} differs"
+    steps = [json.loads(line)["step"] for line in (out / "metrics.jsonl").read_text().splitlines()]
+    assert steps == sorted(steps) and not list(out.glob("*.tmp"))
 
 
 def test_bad_training_configs_raise():
@@ -328,7 +317,7 @@ def test_bf16_training_on_cuda_reduces_the_loss(tiny_corpus, tmp_path):
 # Compiling the step costs about 45 s on 2 cores, whatever the model's size (most of it is
 # the C++ compiler's), so the two tests below compile one step: packed rows of one length
 # give it one shape, and Inductor's cache gives the second test the first one's code.
-COMPILED = TransformerConfig(d_model=32, n_heads=4, d_ff=64, n_layers=2, dropout=0.0)
+COMPILED = TransformerConfig(d_model=32, n_heads=4, d_ff=64, n_layers=1, dropout=0.0)
 
 
 def _compiled_config(corpus, **overrides):

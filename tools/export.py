@@ -22,12 +22,14 @@ from __future__ import annotations
 import argparse
 import ast
 import difflib
+import functools
 import inspect
 import re
 import sys
 from pathlib import Path
 
 import jupytext
+import nbformat
 
 ROOT = Path(__file__).resolve().parent.parent
 PACKAGE_DOC = '''"""The Transformer of "Attention Is All You Need" (Vaswani et al., 2017).
@@ -98,11 +100,23 @@ def _target(tags: list[str], module: str | None) -> str | None:
     return targets[0] if targets else None
 
 
+def read_chapter(chapter: Path) -> nbformat.NotebookNode:
+    """A chapter as a notebook, parsed once for as long as the file is unchanged (the
+    modules and the book's helpers both read every chapter; parsing is most of an
+    export's time)."""
+    return _parsed(chapter.resolve(), chapter.stat().st_mtime_ns)
+
+
+@functools.cache
+def _parsed(chapter: Path, mtime_ns: int) -> nbformat.NotebookNode:
+    return jupytext.read(chapter)
+
+
 def chapter_modules(chapter: Path) -> dict[str, str]:
     """Map each module a chapter exports to its source: the cells tagged `export` go to
     the module its front matter names, those tagged `export:NAME` to module NAME (a
     chapter whose parts are separate concerns, such as file writing beside checkpoints)."""
-    notebook = jupytext.read(chapter)
+    notebook = read_chapter(chapter)
     module = notebook.metadata.get("module")
     cells: dict[str, list[str]] = {}
     for cell in notebook.cells:
@@ -230,7 +244,7 @@ def book_helpers(book: Path) -> str | None:
     reading = sorted(book.glob("*.md"), key=lambda c: (
         order.index(c.stem) if c.stem in order else len(order), c.name))
     for chapter in reading:
-        cells = [cell.source.strip("\n") for cell in jupytext.read(chapter).cells
+        cells = [cell.source.strip("\n") for cell in read_chapter(chapter).cells
                  if cell.cell_type == "code" and "book-helper" in cell.metadata.get("tags", [])]
         if cells:
             parts.append((chapter.name, "\n\n\n".join(cells)))

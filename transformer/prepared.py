@@ -25,7 +25,7 @@ from transformer.corpora import (
     file_sha256,
     hub_pair_chunks,
     hub_splits,
-    number_corpus,
+    number_split,
     parallel_files,
     read_pair_chunks,
 )
@@ -65,13 +65,13 @@ def corpus_splits(
 ) -> dict[str, tuple[str, ChunkReader]]:
     """Each split's (fingerprint, reader of its (sources, targets) chunks); see
     load_corpus."""
-    if data == "numbers":  # generated at most once, and only when a split is read
-        generate = functools.cache(number_corpus)
+    if data == "numbers":  # each split written out once, and only when it is read
+        generate = functools.cache(number_split)
         version = importlib.metadata.version("num2words")
         return {
             split: (
                 _sha256("numbers", version, split),
-                lambda split=split: _in_chunks(generate().splits[split])(),
+                lambda split=split: _in_chunks(generate(split))(),
             )
             for split in ("train", "val", "test")
         }
