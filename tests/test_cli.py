@@ -142,22 +142,25 @@ def test_an_out_that_is_a_file_is_refused_before_the_corpus_is_read(tiny_corpus,
 
 
 def test_a_folder_in_use_is_refused_and_freed_when_its_process_dies(run_folder):
-    holder = subprocess.Popen(  # another process that holds the folder's lock, as a running train does
+    """Another process holds the folder's lock, as a running train does (a lock is held by an
+    open file, so main here, in this process, is refused as a second process would be)."""
+    holder = subprocess.Popen(
         [sys.executable, "-c", ("import fcntl, sys, time; f = open(sys.argv[1], 'a'); "
                                 "fcntl.flock(f, fcntl.LOCK_EX); print('locked', flush=True); time.sleep(120)"),
          str(run_folder / ".lock")],
         stdout=subprocess.PIPE, text=True)
+    resume = ["train", "--resume", str(run_folder), "--max-steps", "4", "--out", str(run_folder)]
     try:
         assert holder.stdout.readline() == "locked\n"
-        resume = [sys.executable, "-m", "transformer", "train", "--resume", str(run_folder), "--max-steps", "4",
-                  "--out", str(run_folder)]
-        result = subprocess.run(resume, capture_output=True, text=True)
-        assert result.returncode == 1 and f"is training in {run_folder}" in result.stderr, result.stderr
-        assert len(result.stderr.splitlines()) == 1 and not (run_folder / "checkpoint-00000004.pt").exists()
+        with pytest.raises(SystemExit) as refused:
+            main(resume)
+        message = str(refused.value.code)
+        assert f"is training in {run_folder}" in message and "\n" not in message, message
+        assert not (run_folder / "checkpoint-00000004.pt").exists()
     finally:
         holder.kill()  # dies without unlocking: the kernel releases the lock
         holder.wait()
-    assert subprocess.run(resume, capture_output=True, text=True).returncode == 0
+    assert main(resume) == 0
     assert (run_folder / "checkpoint-00000004.pt").exists()
 
 
