@@ -1,5 +1,6 @@
 """Tests of transformer/cli.py (book/cli.md) and `python -m transformer`."""
 
+import argparse
 import io
 import json
 import shutil
@@ -47,7 +48,11 @@ def test_train_runs_and_summarizes(tiny_corpus, tmp_path, capsys):
     assert (out / "checkpoint-00000004.pt").exists()
 
 
-def test_the_default_preset_follows_the_data(tiny_corpus, tmp_path):
+def test_the_default_preset_follows_the_data(tiny_corpus, tmp_path, monkeypatch):
+    """The settings each run wrote. The number run's closing exact match on the test split (500
+    sentences that an untrained model decodes to the length limit) is left out: the README's
+    example checks it."""
+    monkeypatch.setattr(cli, "evaluate", lambda *args, **kwargs: (argparse.Namespace(exact_match=0.0), []))
     assert main(["train", "--data", str(tiny_corpus), "--max-steps", "1", "--out", str(tmp_path / "text")]) == 0
     assert main(["train", "--max-steps", "1", "--out", str(tmp_path / "numbers")]) == 0
     assert main(["train", "--data", str(tiny_corpus), "--preset", "small", "--max-steps", "1",

@@ -46,10 +46,13 @@ def test_the_readme_examples_run_as_pasted(tmp_path, monkeypatch):
     env = _environment()
     lines = commands.strip().splitlines()
     assert len(lines) == 3 and "--max-steps 1000" in lines[0]
+    outputs = []
     for line in lines:
         line = line.replace("--max-steps 1000", "--max-steps 6")
         result = subprocess.run(line, shell=True, cwd=tmp_path, env=env, capture_output=True, text=True)
         assert result.returncode == 0, (line, result.stderr[-2000:])
+        outputs.append(result.stdout)
+    assert "; exact match on the test split " in outputs[0], "the number run closes with its test score"
     assert (tmp_path / "runs" / "numbers" / "checkpoint_average.pt").is_file()
     (python,) = _fenced("python")
     assert len(python.strip().splitlines()) <= 10
