@@ -82,10 +82,10 @@ class ChapterOutputs:
 
 # The units of work of `make test` (a chapter's notebook, or a test file: --dist loadfile)
 # that take a minute or more on a 2-core CPU, longest first as make test's --durations
-# measured them; the Makefile turns off xdist's own order (by count of tests). Started
-# first, they leave the short units for the end, where one process would otherwise work
-# alone. The first trains the book's number run, which six other chapters load
-# (train_once): started after it, they do not wait on its lock.
+# measured them, but for the first; the Makefile turns off xdist's own order (by count of
+# tests). Started first, they leave the short units for the end, where one process would
+# otherwise work alone. The first trains the book's number run, which five other chapters
+# load (train_once): started after it, they do not wait on its lock.
 HEAVIEST_FIRST = [
     "build/notebooks/results.ipynb", "tests/test_benchmarks.py", "tests/test_trainer.py",
     "build/notebooks/parsing.ipynb", "tests/test_deploy.py", "tests/test_readme.py",

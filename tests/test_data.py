@@ -26,6 +26,7 @@ from transformer.corpora import (
     MULTI30K_URL,
     fetch_multi30k,
     load_hub_dataset,
+    number_split,
 )
 from transformer.samplers import (
     BatchStream,
@@ -49,6 +50,8 @@ def test_number_corpus_is_deterministic_disjoint_and_german():
     everything = dict(pair for pairs in corpus.splits.values() for pair in pairs)
     assert everything["twenty-one"] == "einundzwanzig"
     assert everything["three hundred and twenty-one"] == "dreihunderteinundzwanzig"
+    with pytest.raises(ValueError, match=r"split must be one of \['test', 'train', 'val'\]; got 'dev'"):
+        number_split("dev")
 
 
 def test_parallel_files_plain_and_gzipped(tmp_path):
