@@ -14,8 +14,8 @@ from transformer import (
     translate,
 )
 from transformer import decoding
-from transformer.attention import padding_mask
-from transformer.decoding import StaticCacheSteps, length_penalty
+from transformer.attention import KeyValueCache, padding_mask
+from transformer.decoding import DecoderSteps, PreallocatedKeyValueCache, StaticCacheSteps, length_penalty
 from transformer.tokenizer import BOS, EOS, PAD
 
 SMALL = dict(src_vocab_size=40, tgt_vocab_size=40, d_model=32, n_heads=4, d_ff=64, n_layers=2, dropout=0.0)
@@ -45,6 +45,45 @@ def test_greedy_takes_the_argmax_of_the_full_decoder_at_every_step():
         assert torch.equal(out[:, step][~finished], expected[~finished])
         assert torch.all(out[:, step][finished] == PAD)
         prefix = torch.cat([prefix, out[:, step : step + 1]], 1)
+
+
+@pytest.mark.parametrize("use_cache", [True, False])
+def test_greedy_sentences_leave_the_batch_as_they_end_and_the_others_decode_as_alone(use_cache, monkeypatch):
+    """A model whose <eos> row is scaled up ends its sentences after different numbers of
+    steps; each sentence decoded alone is the oracle."""
+    model = _model(2)
+    with torch.no_grad():
+        model.output.linear.weight[EOS] *= 5
+    src = torch.randint(4, 40, (6, 9))
+    kept = []
+    keep = DecoderSteps.keep
+    monkeypatch.setattr(DecoderSteps, "keep", lambda self, rows: kept.append(len(rows)) or keep(self, rows))
+    together = greedy_decode(model, src, max_len=20, use_cache=use_cache)
+    ends = {int((row == EOS).nonzero()[0]) for row in together if (row == EOS).any()}
+    assert len(ends) >= 3 and (together == EOS).any(1).sum() < len(src), "ends at several steps, or never"
+    assert kept and kept == sorted(kept, reverse=True) and kept[-1] < len(src)
+    for row, sentence in zip(together, src):
+        alone = greedy_decode(model, sentence[None], max_len=20, use_cache=use_cache)[0]
+        assert torch.equal(row[: len(alone)], alone) and torch.all(row[len(alone) :] == PAD)
+
+
+def test_the_preallocated_cache_holds_what_appending_holds_in_buffers_allocated_once():
+    """torch.cat's growing cache (KeyValueCache) is the oracle, through appends and a reorder."""
+    grown, written = KeyValueCache(), PreallocatedKeyValueCache(length=6)
+    buffers = None
+    for new in (2, 1, 3):
+        key, value = torch.randn(3, 2, new, 4), torch.randn(3, 2, new, 4)
+        expected, got = grown.append(key, value), written.append(key, value)
+        assert all(torch.equal(a, b) for a, b in zip(expected, got)) and written.steps == grown.steps
+        buffers = buffers or written.buffers[0].data_ptr()
+        assert written.buffers[0].data_ptr() == buffers and written.buffers[0].shape == (3, 2, 6, 4)
+        if new == 1:
+            rows = torch.tensor([2, 0, 0])
+            grown.reorder(rows), written.reorder(rows)
+            assert torch.equal(written.key, grown.key) and torch.equal(written.value, grown.value)
+            buffers = written.buffers[0].data_ptr()
+    with pytest.raises(ValueError, match="the cache holds 6 positions; a step asked for 7"):
+        written.append(torch.randn(3, 2, 1, 4), torch.randn(3, 2, 1, 4))
 
 
 def test_translate_keeps_order_and_handles_empty_lines():

@@ -44,18 +44,56 @@ def next_token_log_probs(logits: Tensor) -> Tensor:
     return logits.log_softmax(-1)
 
 
+class PreallocatedKeyValueCache(KeyValueCache):
+    """A self-attention cache for outputs of at most `length` positions: each step's
+    keys and values are written into buffers of `length` positions, allocated at the
+    first step; `key` and `value` are views of the positions written."""
+
+    def __init__(self, length: int):
+        super().__init__()
+        self.length, self.buffers = length, None
+
+    def append(self, key: Tensor, value: Tensor) -> tuple[Tensor, Tensor]:
+        start, stop = self.steps, self.steps + key.size(2)
+        if stop > self.length:
+            raise ValueError(
+                f"the cache holds {self.length} positions; a step asked for {stop}"
+            )
+        if self.buffers is None:  # (rows, h, length, d)
+            self.buffers = [
+                x.new_empty(*x.shape[:2], self.length, x.size(3)) for x in (key, value)
+            ]
+        for buffer, x in zip(self.buffers, (key, value)):
+            buffer[:, :, start:stop] = x
+        self.key, self.value = (buffer[:, :, :stop] for buffer in self.buffers)
+        return self.key, self.value
+
+    def reorder(self, index: Tensor) -> None:
+        if self.buffers is not None:  # the positions written, gathered into new buffers
+            stop, buffers = self.steps, self.buffers
+            self.buffers = [b.new_empty(len(index), *b.shape[1:]) for b in buffers]
+            for old, b in zip(buffers, self.buffers):
+                torch.index_select(old[:, :, :stop], 0, index, out=b[:, :, :stop])
+            self.key, self.value = (b[:, :, :stop] for b in self.buffers)
+
+
 class DecoderSteps:
     """The decoder one step at a time for `rows` prefixes: steps(prefix (rows, t), t)
     -> logits of the next token (rows, vocab). With the cache only the prefix's newest
-    token is fed; without it, the whole prefix."""
+    token is fed; without it, the whole prefix. `length`: the most steps asked for."""
 
     check_every = 1  # steps between the host's checks for the end: StaticCacheSteps
+    drops_finished = True  # greedy's finished sentences leave the batch: keep(rows)
 
     def __init__(
-        self, model: Transformer, memory: Tensor, memory_mask: Tensor, use_cache: bool
+        self, model: Transformer, memory: Tensor, memory_mask: Tensor, use_cache: bool,
+        length: int = 0,
     ):
         self.model, self.memory, self.memory_mask = model, memory, memory_mask
-        self.cache = model.new_cache() if use_cache else None
+        self.cache = [
+            (PreallocatedKeyValueCache(length), KeyValueCache(static=True))
+            for _ in model.decoder.layers
+        ] if use_cache else None
 
     def __call__(self, prefix: Tensor, t: int) -> Tensor:
         tokens = prefix if self.cache is None else prefix[:, -1:]
@@ -67,6 +105,13 @@ class DecoderSteps:
         """Continue from the prefixes `rows` (beam search's survivors)."""
         for self_cache, _ in self.cache or ():
             self_cache.reorder(rows)
+
+    def keep(self, rows: Tensor) -> None:
+        """Decode only the sentences `rows` from now on (greedy's unfinished ones)."""
+        self.memory, self.memory_mask = self.memory[rows], self.memory_mask[rows]
+        for self_cache, cross_cache in self.cache or ():
+            self_cache.reorder(rows)
+            cross_cache.reorder(rows)
 
 
 def _decoder_steps(
@@ -88,7 +133,7 @@ def _decoder_steps(
         )
     if static_cache:
         return StaticCacheSteps(model, memory, memory_mask, length)
-    return DecoderSteps(model, memory, memory_mask, use_cache)
+    return DecoderSteps(model, memory, memory_mask, use_cache, length)
 
 
 @torch.no_grad()
@@ -112,13 +157,24 @@ def greedy_decode(
     steps = _decoder_steps(model, memory, memory_mask, longest, use_cache, static_cache)
     prefix = torch.full((src.size(0), 1), BOS, dtype=torch.long, device=src.device)
     finished = torch.zeros(src.size(0), dtype=torch.bool, device=src.device)
+    rows = None  # the sentences the steps decode (their rows of prefix); None: all
     for t in range(1, longest + 1):
-        token = next_token_log_probs(steps(prefix, t)).argmax(-1)
+        logits = steps(prefix if rows is None else prefix[rows], t)
+        token = next_token_log_probs(logits).argmax(-1)
+        if rows is not None:
+            token = torch.full_like(finished, PAD, dtype=torch.long).index_copy(
+                0, rows, token
+            )
         token = token.masked_fill(finished, PAD)  # a finished sentence gets <pad>
         prefix = torch.cat([prefix, token[:, None]], dim=1)
         finished |= (token == EOS) | (t >= limits)
         if t % steps.check_every == 0 and finished.all():
             break
+        ended = finished if rows is None else finished[rows]
+        if steps.drops_finished and ended.any():  # the steps go on without them
+            keep = (~ended).nonzero()[:, 0]
+            steps.keep(keep)
+            rows = keep if rows is None else rows[keep]
     used = int((prefix != PAD).any(0).nonzero().max())  # the steps after the end: <pad>
     return prefix[:, 1 : used + 1]
 
@@ -357,6 +413,7 @@ class StaticCacheSteps(DecoderSteps):
         self.rows, self.reorders = torch.arange(rows, device=device), False
         self.graph, self.logits = None, None
         self.cuda = device.type == "cuda"
+        self.drops_finished = False  # the same buffers, of the same rows, every step
         if self.cuda:
             self.check_every = 8
 
@@ -416,6 +473,7 @@ def _capture(step: Callable[[], Tensor]) -> tuple[torch.cuda.CUDAGraph, Tensor]:
 
 __all__ = [
     'next_token_log_probs',
+    'PreallocatedKeyValueCache',
     'DecoderSteps',
     'greedy_decode',
     'length_penalty',
