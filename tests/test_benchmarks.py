@@ -26,7 +26,7 @@ def test_every_benchmark_has_help(script, monkeypatch, capsys):
     assert exit.value.code == 0 and "usage:" in capsys.readouterr().out
 
 
-def test_decoding_speed_compares_every_decoder_with_the_uncached_one(tiny_corpus, tmp_path):
+def test_decoding_speed_compares_every_decoder_with_the_uncached_one(tiny_corpus, tmp_path, monkeypatch):
     """On a run folder of the tiny preset, as a trained model is timed (the script's default, an
     untrained small model, decodes the same way at four times the cost)."""
     from transformer.cli import main
@@ -37,11 +37,11 @@ def test_decoding_speed_compares_every_decoder_with_the_uncached_one(tiny_corpus
     assert main(["train", "--data", str(tiny_corpus), "--max-steps", "1", "--max-tokens", "200", "--vocab-size",
                  "60", "--precision", "fp32", "--out", str(run)]) == 0
     out = tmp_path / "decoding.json"
-    result = subprocess.run([sys.executable, str(BENCHMARKS / "decoding_speed.py"), "--checkpoint", str(run),
-                             "--data", str(tiny_corpus), "--sentences", "2", "--batch-sizes", "2",
-                             "--precisions", "fp32", "--repeats", "2", "--out", str(out)],
-                            capture_output=True, text=True)
-    assert result.returncode == 0, result.stderr
+    monkeypatch.setattr(sys, "argv", ["decoding_speed.py", "--checkpoint", str(run), "--data", str(tiny_corpus),
+                                      "--sentences", "2", "--batch-sizes", "2", "--precisions", "fp32",
+                                      "--repeats", "2", "--out", str(out)])
+    monkeypatch.syspath_prepend(str(BENCHMARKS))
+    runpy.run_path(str(BENCHMARKS / "decoding_speed.py"), run_name="__main__")  # as a script, in this process
     report = json.loads(out.read_text())
     measured = report["results"]["fp32, batch 2"]
     assert measured["sentences"] == 2 and report["complete"] is True
