@@ -88,9 +88,8 @@ class ChapterOutputs:
 # load (train_once): started after it, they do not wait on its lock.
 HEAVIEST_FIRST = [
     "build/notebooks/results.ipynb", "tests/test_benchmarks.py", "tests/test_trainer.py",
-    "build/notebooks/parsing.ipynb", "tests/test_deploy.py", "tests/test_readme.py",
-    "build/notebooks/trainer.ipynb", "tests/test_cli.py", "build/notebooks/deploy.ipynb",
-    "build/notebooks/training.ipynb",
+    "build/notebooks/parsing.ipynb", "build/notebooks/deploy.ipynb", "build/notebooks/trainer.ipynb",
+    "tests/test_deploy.py", "build/notebooks/training.ipynb", "tests/test_readme.py", "tests/test_cli.py",
 ]
 
 
