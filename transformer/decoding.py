@@ -87,7 +87,7 @@ class DecoderSteps:
 
     def __init__(
         self, model: Transformer, memory: Tensor, memory_mask: Tensor, use_cache: bool,
-        length: int = 0,
+        length: int,
     ):
         self.model, self.memory, self.memory_mask = model, memory, memory_mask
         self.cache = [
@@ -401,7 +401,7 @@ class StaticCacheSteps(DecoderSteps):
     def __init__(
         self, model: Transformer, memory: Tensor, memory_mask: Tensor, length: int
     ):
-        super().__init__(model, memory, memory_mask, use_cache=False)
+        super().__init__(model, memory, memory_mask, use_cache=False, length=length)
         rows, device = memory.size(0), memory.device
         self.position = torch.zeros(1, dtype=torch.long, device=device)
         self.cache = [
