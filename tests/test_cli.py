@@ -193,7 +193,7 @@ def test_translate_writes_one_line_per_input_line_whatever_the_characters(run_fo
         command += ["--input", str(tmp_path / "in.txt"), "--output", str(tmp_path / "out.txt")]
     monkeypatch.setattr("sys.stdin", io.TextIOWrapper(io.BytesIO(text.encode())))
     assert main(command) == 0
-    written = capsys.readouterr().out if where == "stdin" else (tmp_path / "out.txt").read_text()
+    written = capsys.readouterr().out if where == "stdin" else (tmp_path / "out.txt").read_bytes().decode()
     assert written.count("\n") == len(lines) == 12 and written.endswith("\n")
 
 
