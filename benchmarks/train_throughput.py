@@ -185,10 +185,11 @@ def bare_step(trainer: Trainer, batch) -> torch.Tensor:
     return loss
 
 
-def trainer_end_to_end(model_config, device, precision, max_tokens, warmup, steps, work: Path) -> dict:
+def trainer_end_to_end(model_config, device, precision, max_tokens, warmup, steps, work: Path,
+                       pairs: int = 20_000) -> dict:
     """Tokens/s of Trainer.train_step (data pipeline included) and of the same steps on the same
-    batches held in memory."""
-    write_corpus(work / "corpus", 20_000)
+    batches held in memory, on a generated corpus of `pairs` pairs."""
+    write_corpus(work / "corpus", pairs)
     config = TrainingConfig(data=str(work / "corpus"), vocab_size=model_config.src_vocab_size,
                             max_tokens=max_tokens, max_steps=steps, precision=precision, device=str(device),
                             cache_dir=str(work / "cache"), warmup_steps=4000)
@@ -226,15 +227,17 @@ TINY = {"src_vocab_size": 8000, "tgt_vocab_size": 8000, "d_model": 128, "n_heads
 CPU_VARIANTS = ["as shipped", "torch's nn.Dropout", "glibc's default malloc", "neither"]
 
 
-def cpu_variant(name: str, steps: int) -> dict:
-    """Trainer.train_step of the tiny preset, in this process, without the CPU settings `name` names."""
+def cpu_variant(name: str, steps: int, warmup: int = 3, pairs: int = 20_000) -> dict:
+    """Trainer.train_step of the tiny preset, in this process, without the CPU settings `name` names
+    (`warmup` steps first; the tests make the run smaller with `warmup` and `pairs`)."""
     if name in ("torch's nn.Dropout", "neither"):
         transformer.model.Dropout.forward = nn.Dropout.forward
     if name in ("glibc's default malloc", "neither"):
         assert hasattr(transformer.trainer, "keep_freed_memory"), "the setting has moved"
         transformer.trainer.keep_freed_memory = lambda: False
     with tempfile.TemporaryDirectory() as work:
-        result = trainer_end_to_end(TransformerConfig(**TINY), torch.device("cpu"), "auto", 4096, 3, steps, Path(work))
+        result = trainer_end_to_end(TransformerConfig(**TINY), torch.device("cpu"), "auto", 4096, warmup, steps,
+                                    Path(work), pairs)
     peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2**20  # KiB on Linux
     from transformer.devices import autocast_dtype  # here: measurement 1 runs on older commits
 
@@ -280,10 +283,12 @@ def main():
     parser.add_argument("--cpu-steps", type=int, default=20, help="steps of each CPU-settings measurement")
     parser.add_argument("--cpu-repeats", type=int, default=3, help="runs of each CPU setting, in turn (0: skip measurement 3)")
     parser.add_argument("--cpu-variant", choices=CPU_VARIANTS, help=argparse.SUPPRESS)  # one of measurement 3
+    parser.add_argument("--cpu-warmup", type=int, default=3, help=argparse.SUPPRESS)  # its size, for the tests
+    parser.add_argument("--cpu-pairs", type=int, default=20_000, help=argparse.SUPPRESS)
     parser.add_argument("--json", help="write the results to this file")
     args = parser.parse_args()
     if args.cpu_variant:
-        print(json.dumps(cpu_variant(args.cpu_variant, args.cpu_steps)))
+        print(json.dumps(cpu_variant(args.cpu_variant, args.cpu_steps, args.cpu_warmup, args.cpu_pairs)))
         return
 
     device = torch.device(args.device)

@@ -59,9 +59,11 @@ def test_decoding_speed_compares_every_decoder_with_the_uncached_one(tiny_corpus
 @pytest.mark.parametrize("variant", ["as shipped", "neither"])
 def test_train_throughput_measures_the_trainers_cpu_settings(variant):
     """Measurement 3 of train_throughput.py, one step of the tiny preset in a fresh process
-    (it patches the package's own functions: a renamed module broke it once)."""
+    (it patches the package's own functions: a renamed module broke it once), after one
+    warm-up step, on 2,000 generated pairs (the benchmark's: 3 and 20,000)."""
     result = subprocess.run([sys.executable, str(BENCHMARKS / "train_throughput.py"), "--cpu-variant", variant,
-                             "--cpu-steps", "1"], capture_output=True, text=True, cwd=BENCHMARKS)
+                             "--cpu-steps", "1", "--cpu-warmup", "1", "--cpu-pairs", "2000"],
+                            capture_output=True, text=True, cwd=BENCHMARKS)
     assert result.returncode == 0, result.stderr
     report = json.loads(result.stdout.splitlines()[-1])
     assert report["variant"] == variant and report["tokens"] > 0 and report["trainer_tokens_per_s"] > 0
