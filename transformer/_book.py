@@ -65,7 +65,7 @@ def small_number_run() -> tuple[TransformerConfig, TrainingConfig]:
         data="numbers",
         vocab_size=200,
         max_tokens=1000,
-        max_steps=600,
+        max_steps=400,
         warmup_steps=200,
         lr_scale=0.5,
         eval_every=100,
