@@ -285,6 +285,7 @@ def test_ddp_on_two_cpu_processes_matches_one_process_with_accumulation(tiny_cor
     assert not torch.equal(rank0["encoder.layers.0.feed_forward.w_1.weight"], Trainer.from_config(config, _config(tiny_corpus), tmp_path / "fresh").model.state_dict()["encoder.layers.0.feed_forward.w_1.weight"]), "training moved the weights"
 
 
+@pytest.mark.slow
 def test_ddp_processes_plan_and_cool_down_by_rank_0s_clock(tiny_corpus, tmp_path):
     """A run of minutes plans its schedule from rank 0's measured rate and falls to 0 by
     rank 0's clock: each process's own would give each replica its own rate, and the
