@@ -328,10 +328,12 @@ def unsaid_how_made(text: str) -> list[tuple[int, str, str]]:
     starts = [i for i, line in enumerate(shown) if re.match(r"#{1,6} ", line)]
     found = []
     for i, line in enumerate(lines):
+        names = {r.name for n in RECORD.findall(line) for r in RESULTS.glob(n)}
+        if not names:
+            continue
         start = max((s for s in starts if s <= i), default=0)
         end = next((s for s in starts if s > i), len(lines))
         said = {w.lower() for w in HOW_MADE.findall(" ".join(shown[start:end]))}
-        names = {r.name for n in RECORD.findall(line) for r in RESULTS.glob(n)}
         found += [(i + 1, n, word) for n in sorted(names)
                   for word in sorted(not_as_written(n) - said)]
     return found
