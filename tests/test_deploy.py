@@ -33,7 +33,9 @@ SENTENCES = [f"{a} {b} and {c}" for a in ("one", "two", "three") for b in ("red"
              for c in ("cats", "dogs", "birds")]
 
 
-# an export takes about 25 s on 2 cores: make test-quick exports the post-LN model only
+# an export takes about 25 s on 2 cores: make test-quick exports the post-LN model only. It
+# has 2 layers (each layer's caches in their place); the pre-LN one has 1 (a graph traced
+# from a view of the source failed to export a 1-layer model once)
 @pytest.fixture(scope="module", params=[
     "post-LN", pytest.param("pre-LN, learned positions", marks=pytest.mark.slow)])
 def exported(request, tmp_path_factory):
@@ -41,7 +43,7 @@ def exported(request, tmp_path_factory):
     vocab = tokenizer.get_vocab_size()
     pre = request.param != "post-LN"
     config = TransformerConfig(src_vocab_size=vocab, tgt_vocab_size=vocab, d_model=32, n_heads=4,
-                               d_ff=64, n_layers=2, dropout=0.0, norm_first=pre,
+                               d_ff=64, n_layers=1 if pre else 2, dropout=0.0, norm_first=pre,
                                positional="learned" if pre else "sinusoidal", max_len=64)
     torch.manual_seed(0)
     model = Transformer(config).eval()
@@ -166,7 +168,8 @@ def test_model_json_says_how_to_drive_the_graphs(exported):
     model, tokenizer, folder, _ = exported
     meta = json.loads((folder / "model.json").read_text())
     assert (meta["pad_id"], meta["bos_id"], meta["eos_id"]) == (PAD, BOS, EOS)
-    assert meta["n_layers"] == 2 and meta["d_k"] == meta["d_v"] == 8 and meta["max_len"] == 64
+    assert meta["n_layers"] == len(model.decoder.layers) and meta["d_k"] == meta["d_v"] == 8
+    assert meta["max_len"] == 64
     assert Tokenizer.from_file(str(folder / "tokenizer.json")).encode("two blue dogs").ids == \
         tokenizer.encode("two blue dogs").ids
     for name in ("encoder", "step", "maps"):

@@ -245,7 +245,10 @@ def export_onnx(
         _export(encoder, (src,), holding / "encoder.onnx", names["encoder_inputs"],
                 names["encoder_outputs"], ({0: batch, 1: n},))
         caches = [torch.zeros(2, config.n_heads, 3, d) for d in (d_k, d_v) * n_layers]
-        step_args = (src[:, :1], src, memory, torch.arange(2), *caches, *cross)
+        # the newest tokens as a tensor of their own: a view of src (src[:, :1]) makes
+        # torch.export guard on its base, which the graph does not have (a 1-layer model
+        # failed to export)
+        step_args = (src[:, :1].clone(), src, memory, torch.arange(2), *caches, *cross)
         cache_shapes = ({0: batch, 2: past},) * len(caches) + ({0: batch, 2: n},) * len(
             cross)  # *caches: one tuple
         shapes = ({0: batch}, {0: batch, 1: n}, {0: batch, 1: n}, {0: batch},
