@@ -54,8 +54,11 @@ def train(checkout: Path, args, out: Path, cache: Path, steps: int) -> dict:
 
 
 def package_file(checkout: Path) -> Path:
-    found = subprocess.run([sys.executable, "-c", "import transformer; print(transformer.__file__)"],
-                           cwd=checkout, check=True, capture_output=True, text=True).stdout.strip()
+    """The `transformer` that `python -m transformer` finds from `checkout` (found as an import
+    finds it, without running it: importing it would import torch, for seconds)."""
+    find = "import importlib.util; print(importlib.util.find_spec('transformer').origin)"
+    found = subprocess.run([sys.executable, "-c", find], cwd=checkout, check=True, capture_output=True,
+                           text=True).stdout.strip()
     return Path(found).resolve()
 
 

@@ -17,12 +17,19 @@ import torch
 BENCHMARKS = Path(__file__).resolve().parent.parent / "benchmarks"
 
 
+def run_script(script: str, argv: list[str], monkeypatch) -> None:
+    """Run benchmarks/SCRIPT as `python SCRIPT ARGV` would, in this process (torch is imported
+    already: a new process would spend seconds importing it again); report.py is importable,
+    as beside a script."""
+    monkeypatch.setattr(sys, "argv", [script, *argv])
+    monkeypatch.syspath_prepend(str(BENCHMARKS))
+    runpy.run_path(str(BENCHMARKS / script), run_name="__main__")
+
+
 @pytest.mark.parametrize("script", sorted(p.name for p in BENCHMARKS.glob("*.py") if p.name != "report.py"))
 def test_every_benchmark_has_help(script, monkeypatch, capsys):
-    monkeypatch.setattr(sys, "argv", [script, "--help"])
-    monkeypatch.syspath_prepend(str(BENCHMARKS))  # as when run as a script: report.py is importable
     with pytest.raises(SystemExit) as exit:
-        runpy.run_path(str(BENCHMARKS / script), run_name="__main__")
+        run_script(script, ["--help"], monkeypatch)
     assert exit.value.code == 0 and "usage:" in capsys.readouterr().out
 
 
@@ -37,11 +44,9 @@ def test_decoding_speed_compares_every_decoder_with_the_uncached_one(tiny_corpus
     assert main(["train", "--data", str(tiny_corpus), "--max-steps", "1", "--max-tokens", "200", "--vocab-size",
                  "60", "--precision", "fp32", "--out", str(run)]) == 0
     out = tmp_path / "decoding.json"
-    monkeypatch.setattr(sys, "argv", ["decoding_speed.py", "--checkpoint", str(run), "--data", str(tiny_corpus),
-                                      "--sentences", "2", "--batch-sizes", "2", "--precisions", "fp32",
-                                      "--repeats", "2", "--out", str(out)])
-    monkeypatch.syspath_prepend(str(BENCHMARKS))
-    runpy.run_path(str(BENCHMARKS / "decoding_speed.py"), run_name="__main__")  # as a script, in this process
+    run_script("decoding_speed.py", ["--checkpoint", str(run), "--data", str(tiny_corpus), "--sentences", "2",
+                                     "--batch-sizes", "2", "--precisions", "fp32", "--repeats", "2",
+                                     "--out", str(out)], monkeypatch)
     report = json.loads(out.read_text())
     measured = report["results"]["fp32, batch 2"]
     assert measured["sentences"] == 2 and report["complete"] is True
@@ -69,12 +74,11 @@ def test_train_throughput_measures_the_trainers_cpu_settings(variant):
     assert report["variant"] == variant and report["tokens"] > 0 and report["trainer_tokens_per_s"] > 0
 
 @pytest.mark.slow
-def test_train_scale_runs_the_cli_twice_on_a_generated_corpus(tmp_path):
+def test_train_scale_runs_the_cli_twice_on_a_generated_corpus(tmp_path, monkeypatch):
+    """The script in this process; the two runs of the command it times are processes of their own."""
     out = tmp_path / "scale.json"
-    result = subprocess.run([sys.executable, str(BENCHMARKS / "train_scale.py"), "--pairs", "400", "--steps", "4",
-                             "--log-every", "2", "--vocab-size", "300", "--work", str(tmp_path / "work"),
-                             "--out", str(out)], capture_output=True, text=True, cwd=BENCHMARKS)
-    assert result.returncode == 0, result.stderr
+    run_script("train_scale.py", ["--pairs", "400", "--steps", "4", "--log-every", "2", "--vocab-size", "300",
+                                  "--work", str(tmp_path / "work"), "--out", str(out)], monkeypatch)
     report = json.loads(out.read_text())["results"]["400"]
     assert report["first_run"]["steps"] == report["cached_run"]["steps"] == 4
     assert len((tmp_path / "work" / "corpus-400" / "train.en").read_text().splitlines()) == 400
@@ -83,19 +87,19 @@ def test_train_scale_runs_the_cli_twice_on_a_generated_corpus(tmp_path):
 
 
 @pytest.mark.slow
-def test_cli_speed_trains_this_checkout_and_a_commit_in_turn(tiny_corpus, tmp_path):
+def test_cli_speed_trains_this_checkout_and_a_commit_in_turn(tiny_corpus, tmp_path, monkeypatch):
     """cli_speed.py against this checkout's own commit: each side trains from its own package,
     every run logs its intervals, the ratio is that of the sides' medians (recomputed here from
-    the logged rates, the first interval of each run left out), and the worktree is removed."""
+    the logged rates, the first interval of each run left out), and the worktree is removed.
+    The script runs in this process; the six runs of the command (each side's untimed one and
+    two timed) are processes, each importing its side's package."""
     root = BENCHMARKS.parent
     worktrees = ["git", "worktree", "list", "--porcelain"]
     before = subprocess.run(worktrees, cwd=root, capture_output=True, text=True).stdout
     out = tmp_path / "speed.json"
-    result = subprocess.run([sys.executable, str(BENCHMARKS / "cli_speed.py"), "--baseline", "HEAD",
-                             "--data", str(tiny_corpus), "--steps", "6", "--log-every", "2", "--repeats", "2",
-                             "--out", str(out), "--", "--vocab-size", "60", "--max-tokens", "200"],
-                            capture_output=True, text=True)
-    assert result.returncode == 0, result.stderr
+    run_script("cli_speed.py", ["--baseline", "HEAD", "--data", str(tiny_corpus), "--steps", "6", "--log-every",
+                                "2", "--repeats", "2", "--out", str(out), "--", "--vocab-size", "60",
+                                "--max-tokens", "200"], monkeypatch)
     report = json.loads(out.read_text())
     medians = {}
     for side, r in report["results"].items():
@@ -108,27 +112,25 @@ def test_cli_speed_trains_this_checkout_and_a_commit_in_turn(tiny_corpus, tmp_pa
     assert subprocess.run(worktrees, cwd=root, capture_output=True, text=True).stdout == before
 
 @pytest.mark.slow
-def test_cli_runs_chooses_alpha_on_validation_and_scores_only_its_own_runs(tiny_corpus, tmp_path):
+def test_cli_runs_chooses_alpha_on_validation_and_scores_only_its_own_runs(tiny_corpus, tmp_path, monkeypatch):
     """cli_runs.py trains with the plain command, then scores test with the alpha of highest
     validation BLEU; --score rescores those runs (--newest: their newest checkpoints too), and
-    refuses a folder of another run."""
+    refuses a folder of another run. The script runs in this process, its train command in a
+    process of its own."""
     (tiny_corpus / "test.en").write_text("three\nseven\n")
     (tiny_corpus / "test.de").write_text("drei\nsieben\n")
-    common = [sys.executable, str(BENCHMARKS / "cli_runs.py"), "--seeds", "0", "--data", str(tiny_corpus),
-              "--runs", str(tmp_path / "runs"), "--alphas", "0.0", "0.6", "5.0"]
+    common = ["--seeds", "0", "--data", str(tiny_corpus), "--runs", str(tmp_path / "runs"),
+              "--alphas", "0.0", "0.6", "5.0"]
     first = tmp_path / "first.json"
     train = ["--", "--vocab-size", "60", "--max-tokens", "200", "--max-steps", "6", "--checkpoint-every", "2"]
-    result = subprocess.run(common + ["--out", str(first), *train], capture_output=True, text=True)
-    assert result.returncode == 0, result.stderr
+    run_script("cli_runs.py", common + ["--out", str(first), *train], monkeypatch)
     run = json.loads(first.read_text())["seeds"]["0"]
     by_alpha = {float(a): v["bleu"] for a, v in run["val_by_alpha"].items()}
     assert by_alpha[run["alpha"]] == max(by_alpha.values()) and set(by_alpha) == {0.0, 0.6, 5.0}
     assert run["test_best_alpha"]["evaluate"].endswith(f"--split test --alpha {run['alpha']}")
     assert "--alpha" not in run["evaluate"], "the default alpha's test score beside it"
     again = tmp_path / "again.json"
-    result = subprocess.run(common + ["--score", str(first), "--newest", "--out", str(again)],
-                            capture_output=True, text=True)
-    assert result.returncode == 0, result.stderr
+    run_script("cli_runs.py", common + ["--score", str(first), "--newest", "--out", str(again)], monkeypatch)
     rescored = json.loads(again.read_text())
     assert rescored["seeds"]["0"]["val_by_alpha"] == run["val_by_alpha"], "the same run, scored again"
     assert rescored["trained"]["record"] == str(first)
@@ -138,8 +140,8 @@ def test_cli_runs_chooses_alpha_on_validation_and_scores_only_its_own_runs(tiny_
         assert newest["evaluate"].endswith(f"checkpoint-00000006.pt --data {tiny_corpus} --src en --tgt de --split {split}")
         assert rescored["spread"][f"{split}_newest_bleu"]["median"] == newest["bleu"]
     (tmp_path / "runs" / "cli-0" / "checkpoint-00000006.pt").unlink()
-    result = subprocess.run(common + ["--score", str(first), "--out", str(again)], capture_output=True, text=True)
-    assert result.returncode != 0 and "is not the run of" in result.stderr
+    with pytest.raises(SystemExit, match="is not the run of"):
+        run_script("cli_runs.py", common + ["--score", str(first), "--out", str(again)], monkeypatch)
 
 
 def test_multi30k_lowercase_writes_the_multi30k_papers_preprocessing(tmp_path):
