@@ -70,7 +70,8 @@ def machine(device: torch.device | None = None) -> str:
         native = any(flag in found["flags"] for flag in NATIVE_BF16)
         exact.append("native bf16" if native else "bf16 emulated")
     detail = f" ({', '.join(exact)})" if exact else ""
-    return f"{found['model_name']} CPU{detail}, {found['threads']} threads"
+    threads = found['threads']
+    return f"{found['model_name']} CPU{detail}, {threads} thread{'' if threads == 1 else 's'}"
 
 
 def _output(command: list[str]) -> str | None:
