@@ -334,8 +334,10 @@ def _train(args: argparse.Namespace) -> int:
             )
         if trainer.config.data == "numbers":  # the final model's
             trainer.model.load_state_dict(load_checkpoint(final)["model"])
+            # the 500 numbers in one batch: a model of a few steps decodes each to the
+            # length limit, which a CPU does a third faster in one batch than in 64s
             scores, _ = evaluate(trainer.model, trainer.data.tokenizer,
-                                 trainer.data.test, beam_size=1)
+                                 trainer.data.test, beam_size=1, batch_size=512)
             summary += f"; exact match on the test split {scores.exact_match:.1%}"
         print(f"{summary}; final model {final}")
     return 0
