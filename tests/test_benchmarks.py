@@ -64,10 +64,10 @@ def test_decoding_speed_compares_every_decoder_with_the_uncached_one(tiny_corpus
 @pytest.mark.parametrize("variant", ["as shipped", "neither"])
 def test_train_throughput_measures_the_trainers_cpu_settings(variant):
     """Measurement 3 of train_throughput.py, one step of the tiny preset in a fresh process
-    (it patches the package's own functions: a renamed module broke it once), after one
-    warm-up step, on 2,000 generated pairs (the benchmark's: 3 and 20,000)."""
+    (it patches the package's own functions: a renamed module broke it once), without warm-up
+    steps, on 2,000 generated pairs (the benchmark's: 3 and 20,000)."""
     result = subprocess.run([sys.executable, str(BENCHMARKS / "train_throughput.py"), "--cpu-variant", variant,
-                             "--cpu-steps", "1", "--cpu-warmup", "1", "--cpu-pairs", "2000"],
+                             "--cpu-steps", "1", "--cpu-warmup", "0", "--cpu-pairs", "2000"],
                             capture_output=True, text=True, cwd=BENCHMARKS)
     assert result.returncode == 0, result.stderr
     report = json.loads(result.stdout.splitlines()[-1])
@@ -91,19 +91,19 @@ def test_cli_speed_trains_this_checkout_and_a_commit_in_turn(tiny_corpus, tmp_pa
     """cli_speed.py against this checkout's own commit: each side trains from its own package,
     every run logs its intervals, the ratio is that of the sides' medians (recomputed here from
     the logged rates, the first interval of each run left out), and the worktree is removed.
-    The script runs in this process; the six runs of the command (each side's untimed one and
-    two timed) are processes, each importing its side's package."""
+    The script runs in this process; the four runs of the command (each side's untimed one and
+    one timed) are processes, each importing its side's package."""
     root = BENCHMARKS.parent
     worktrees = ["git", "worktree", "list", "--porcelain"]
     before = subprocess.run(worktrees, cwd=root, capture_output=True, text=True).stdout
     out = tmp_path / "speed.json"
     run_script("cli_speed.py", ["--baseline", "HEAD", "--data", str(tiny_corpus), "--steps", "6", "--log-every",
-                                "2", "--repeats", "2", "--out", str(out), "--", "--vocab-size", "60",
+                                "2", "--repeats", "1", "--out", str(out), "--", "--vocab-size", "60",
                                 "--max-tokens", "200"], monkeypatch)
     report = json.loads(out.read_text())
     medians = {}
     for side, r in report["results"].items():
-        assert len(r["runs"]) == 2 and all(len(run["rates"]) == 3 for run in r["runs"]), side
+        assert len(r["runs"]) == 1 and all(len(run["rates"]) == 3 for run in r["runs"]), side
         assert all(" on cpu (1 process(es), " in run["says"] for run in r["runs"]), side
         medians[side] = statistics.median(statistics.median(run["rates"][1:]) for run in r["runs"])
     assert report["ratio"] == pytest.approx(medians["this checkout"] / medians["baseline"])

@@ -41,7 +41,7 @@ def _environment() -> dict:
 @pytest.mark.slow
 def test_the_readme_examples_run_as_pasted(tmp_path, monkeypatch):
     """The command-line example (trained for 3 steps instead of 1,000: enough for the average of
-    its last checkpoints that translate and evaluate load; evaluate scores the first 50 test
+    its last checkpoints that translate and evaluate load; evaluate scores the first 20 test
     sentences, which the untrained model, like all 500, decodes to the length limit), then the
     Python one."""
     (commands,) = [block for block in _fenced("console") if "train --data numbers" in block]
@@ -51,13 +51,13 @@ def test_the_readme_examples_run_as_pasted(tmp_path, monkeypatch):
     outputs = []
     for line in lines:
         line = line.replace("--max-steps 1000", "--max-steps 3")
-        line += " --limit 50" if " evaluate " in line else ""
+        line += " --limit 20" if " evaluate " in line else ""
         result = subprocess.run(line, shell=True, cwd=tmp_path, env=env, capture_output=True, text=True)
         assert result.returncode == 0, (line, result.stderr[-2000:])
         outputs.append(result.stdout)
     assert "; exact match on the test split " in outputs[0], "the number run closes with its test score"
     assert "the average of the checkpoints of steps 2, 3" in outputs[0], outputs[0]
-    assert ", test, beam 4: BLEU " in outputs[2] and " on 50 sentences, " in outputs[2], outputs[2]
+    assert ", test, beam 4: BLEU " in outputs[2] and " on 20 sentences, " in outputs[2], outputs[2]
     assert (tmp_path / "runs" / "numbers" / "checkpoint_average.pt").is_file()
     (python,) = _fenced("python")
     assert len(python.strip().splitlines()) <= 10
