@@ -7,8 +7,6 @@ import tempfile
 from pathlib import Path
 
 import pytest
-import torch
-
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -96,6 +94,9 @@ HEAVIEST_FIRST = [
 def pytest_collection_modifyitems(config, items):
     """The heaviest units first (the same order in every worker, as xdist asks); tests marked
     gpu skipped without CUDA."""
+    import torch  # here, in the workers that collect: xdist's controller, which starts them,
+    # would spend seconds importing it first
+
     rank = {unit: number for number, unit in enumerate(HEAVIEST_FIRST)}
     items.sort(key=lambda item: rank.get(item.nodeid.split("::")[0], len(rank)))
     if torch.cuda.is_available():
