@@ -106,6 +106,25 @@ def test_greedy_translations_equal_translate(exported):
     assert len(weights) in (len(ids), len(ids) + 1), "a row of the map per output step"
 
 
+def test_the_translator_runs_on_the_threads_it_is_given_or_omp_num_threads(exported, monkeypatch):
+    """Each session's threads within an operator, as onnxruntime reports them: `threads`
+    where given, else OMP_NUM_THREADS where it is a number, else 0 (onnxruntime's own
+    default, a thread per core); the translations do not depend on them."""
+    model, tokenizer, folder, _ = exported
+    for omp, threads, expected in [("3", None, 3), ("3", 1, 1), (None, None, 0), ("4,2", None, 0)]:
+        if omp is None:
+            monkeypatch.delenv("OMP_NUM_THREADS", raising=False)
+        else:
+            monkeypatch.setenv("OMP_NUM_THREADS", omp)
+        translator = OnnxTranslator(folder, threads)
+        for session in (translator.encoder, translator.step, translator.maps):
+            assert session.get_session_options().intra_op_num_threads == expected, (omp, threads)
+    assert OnnxTranslator(folder, 2).translate(SENTENCES[:6]) == OnnxTranslator(folder, 1).translate(SENTENCES[:6])
+    for bad in (0, -1, 1.5, True, "2"):
+        with pytest.raises(ValueError, match=f"threads must be a positive integer or None; got {bad!r}"):
+            OnnxTranslator(folder, bad)
+
+
 @pytest.mark.parametrize("beam_size, alpha", [(4, 0.6), (3, 0.0), (5, 1.0)])
 def test_beam_translations_equal_translate(exported, beam_size, alpha):
     model, tokenizer, folder, _ = exported

@@ -8,6 +8,7 @@ from __future__ import annotations
 import copy
 import json
 import logging
+import os
 import shutil
 import warnings
 from collections.abc import Sequence
@@ -302,10 +303,23 @@ def quantize_export(
     return meta
 
 
+def onnx_threads(threads: int | None) -> int:
+    """onnxruntime's threads within an operator: `threads`, else $OMP_NUM_THREADS where
+    it is a number, else 0 (onnxruntime's default: one per physical core)."""
+    if threads is None:
+        value = os.environ.get("OMP_NUM_THREADS", "")
+        return int(value) if value.isdigit() and int(value) > 0 else 0
+    if isinstance(threads, bool) or not isinstance(threads, int) or threads < 1:
+        raise ValueError(f"threads must be a positive integer or None; got {threads!r}")
+    return threads
+
+
 class OnnxTranslator:
     """Greedy translation with the files of export_onnx and onnxruntime (no torch)."""
 
-    def __init__(self, folder: str | Path):
+    def __init__(self, folder: str | Path, threads: int | None = None):
+        """threads: onnxruntime's threads within an operator; None: $OMP_NUM_THREADS
+        where it is set (as torch reads it), else onnxruntime's one per core."""
         import onnxruntime
 
         folder = Path(folder)
@@ -316,13 +330,16 @@ class OnnxTranslator:
                 "transformer export writes one)")
         self.meta = json.loads(meta.read_text())
         self.tokenizer = Tokenizer.from_file(str(folder / "tokenizer.json"))
+        options = onnxruntime.SessionOptions()
+        options.intra_op_num_threads = onnx_threads(threads)
         self.encoder, self.step = (
-            onnxruntime.InferenceSession(str(folder / f"{name}.onnx"),
+            onnxruntime.InferenceSession(str(folder / f"{name}.onnx"), options,
                                          providers=["CPUExecutionProvider"])
             for name in ("encoder", "step"))
         maps = folder / "maps.onnx"  # not in the folders of older exports
         self.maps = onnxruntime.InferenceSession(
-            str(maps), providers=["CPUExecutionProvider"]) if maps.is_file() else None
+            str(maps), options, providers=["CPUExecutionProvider"]
+        ) if maps.is_file() else None
 
     def greedy(self, src: list[int]) -> tuple[list[int], np.ndarray]:
         """Output ids of source ids `src` (ending in <eos>), without <bos> and <eos>,
@@ -422,5 +439,6 @@ __all__ = [
     'quantize_int8',
     'export_onnx',
     'quantize_export',
+    'onnx_threads',
     'OnnxTranslator',
 ]
