@@ -78,7 +78,8 @@ def test_train_scale_runs_the_cli_twice_on_a_generated_corpus(tmp_path, monkeypa
     """The script in this process; the two runs of the command it times are processes of their own."""
     out = tmp_path / "scale.json"
     run_script("train_scale.py", ["--pairs", "400", "--steps", "4", "--log-every", "2", "--vocab-size", "300",
-                                  "--work", str(tmp_path / "work"), "--out", str(out)], monkeypatch)
+                                  "--max-tokens", "300", "--work", str(tmp_path / "work"), "--out", str(out)],
+               monkeypatch)
     report = json.loads(out.read_text())["results"]["400"]
     assert report["first_run"]["steps"] == report["cached_run"]["steps"] == 4
     assert len((tmp_path / "work" / "corpus-400" / "train.en").read_text().splitlines()) == 400

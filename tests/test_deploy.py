@@ -25,7 +25,7 @@ from transformer import (
 )
 from transformer.attention import padding_mask
 from transformer.cli import main
-from transformer.deploy import _check_dynamic, quantize_export
+from transformer.deploy import _check_dynamic, onnx_threads, quantize_export
 from transformer.embeddings import Embeddings
 from transformer.tokenizer import BOS, EOS, PAD
 
@@ -49,7 +49,9 @@ def exported(request, tmp_path_factory):
     model = Transformer(config).eval()
     folder = tmp_path_factory.mktemp("onnx") / "model"
     export_onnx(model, tokenizer, folder)
-    sessions = {name: onnxruntime.InferenceSession(str(folder / f"{name}.onnx"))
+    options = onnxruntime.SessionOptions()
+    options.intra_op_num_threads = onnx_threads(None)  # make test's one thread, as torch's
+    sessions = {name: onnxruntime.InferenceSession(str(folder / f"{name}.onnx"), options)
                 for name in ("encoder", "step")}
     return model, tokenizer, folder, sessions
 
