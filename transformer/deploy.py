@@ -319,7 +319,8 @@ class OnnxTranslator:
 
     def __init__(self, folder: str | Path, threads: int | None = None):
         """threads: onnxruntime's threads within an operator; None: $OMP_NUM_THREADS
-        where it is set (as torch reads it), else onnxruntime's one per core."""
+        where it is a number (as torch reads it), else onnxruntime's one per core
+        (see onnx_threads)."""
         import onnxruntime
 
         folder = Path(folder)
