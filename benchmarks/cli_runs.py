@@ -16,6 +16,11 @@ is scored with the one of highest validation BLEU (and with the default, beside 
 --score RECORD skips training: it scores the runs in --runs that RECORD's seeds trained (their
 train command, steps and final model copied from RECORD). --newest also scores each run's
 newest checkpoint on both splits, beside the final model (the average of the last ones).
+--merge RECORDS trains and scores nothing: it writes the seeds of records of one recipe, each
+run alone (one seed at a time, say, in turn with another recipe's seeds, so that both see the
+same hours of a machine whose speed drifts), as one record of that recipe. The records must
+name the same options, commit and machine; the merged record keeps theirs, and each one's
+command and date under "parts".
 
     python benchmarks/cli_runs.py --seeds 1 --data ../shared/data/multi30k --src en --tgt de \
         --runs runs/lc3 --alphas 0.6 0.8 1.0 1.2 1.4 1.6 \
@@ -27,6 +32,7 @@ from __future__ import annotations
 import argparse
 import json
 import re
+import shlex
 import subprocess
 import sys
 import tempfile
@@ -110,10 +116,62 @@ def one_seed(args: argparse.Namespace, seed: int, scores: Path) -> dict:
     return result
 
 
+def summarise(seeds: dict) -> dict:
+    """The spread over seeds of each score the runs have (and of their updates)."""
+    summary = {f"{split}_{score}": spread([s[split][score] for s in seeds.values()])
+               for split in ("val", "test") for score in ("bleu", "tokenized_bleu")}
+    summary["steps"] = spread([s["steps"] for s in seeds.values()])
+    if all("val_newest" in s for s in seeds.values()):
+        summary |= {f"{split}_newest_{score}": spread([s[f"{split}_newest"][score] for s in seeds.values()])
+                    for split in ("val", "test") for score in ("bleu", "tokenized_bleu")}
+    if all("test_best_alpha" in s for s in seeds.values()):
+        summary["test_best_alpha_tokenized_bleu"] = spread(
+            [s["test_best_alpha"]["tokenized_bleu"] for s in seeds.values()])
+    return summary
+
+
+def recipe(command: str) -> list[str]:
+    """A record's command without its --seeds and --out: what its runs have in common."""
+    words, kept = shlex.split(command), []
+    while words:
+        word = words.pop(0)
+        if word == "--out":
+            words.pop(0)
+        elif word == "--seeds":
+            while words and words[0].isdigit():
+                words.pop(0)
+        else:
+            kept.append(word)
+    return kept
+
+
+def merge(paths: list[Path]) -> dict:
+    """One record of the seeds of the records at `paths` (see --merge): their seeds, spread,
+    commit, machine and software, and each one's command, date and wall time."""
+    parts = [json.loads(path.read_text()) for path in paths]
+    for key, same in (("options", recipe), ("git", None), ("hardware", None), ("versions", None)):
+        values = [same(p["command"]) if same else p.get(key) for p in parts]
+        if any(value != values[0] for value in values):
+            raise SystemExit(f"records of different {key} cannot be merged: "
+                             + "; ".join(f"{path}: {value}" for path, value in zip(paths, values)))
+    seeds = {}
+    for path, part in zip(paths, parts):
+        if twice := set(seeds) & set(part["seeds"]):
+            raise SystemExit(f"seed {', '.join(sorted(twice))} of {path} is in another record too")
+        seeds |= part["seeds"]
+    seeds = dict(sorted(seeds.items(), key=lambda item: int(item[0])))
+    first = parts[0]
+    return {key: first[key] for key in ("machine", "torch", "git", "versions", "hardware")} | {
+        "date": max(p["date"] for p in parts),
+        "wall_s": round(sum(p["wall_s"] for p in parts), 1),
+        "parts": [{key: p[key] for key in ("command", "date", "wall_s")} for p in parts],
+        "seeds": seeds, "spread": summarise(seeds)}
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
-    parser.add_argument("--data", type=Path, required=True, help="a folder of parallel files")
+    parser.add_argument("--data", type=Path, help="a folder of parallel files")
     parser.add_argument("--src", default="en")
     parser.add_argument("--tgt", default="de")
     parser.add_argument("--runs", type=Path, default=Path("runs"), help="where the run folders go")
@@ -123,24 +181,22 @@ def main() -> None:
                         help="do not train: score the runs in --runs that RECORD's seeds trained")
     parser.add_argument("--newest", action="store_true",
                         help="also score each run's newest checkpoint, beside its final model")
+    parser.add_argument("--merge", type=Path, nargs="+", metavar="RECORD",
+                        help="do not train: one record of these records' seeds (one recipe's)")
     parser.add_argument("--out", type=Path, required=True, help="the JSON record to write")
     parser.add_argument("train", nargs=argparse.REMAINDER, help="-- then the options of train")
     args = parser.parse_args()
     args.train = args.train[1:] if args.train[:1] == ["--"] else args.train
+    if args.merge:
+        write_report(args.out, merge(args.merge))
+        return
+    if args.data is None:
+        parser.error("--data is required (unless --merge)")
     seeds = {}
     with tempfile.TemporaryDirectory() as work:
         for seed in args.seeds:
             seeds[str(seed)] = one_seed(args, seed, Path(work) / "scores.jsonl")
-    summary = {f"{split}_{score}": spread([s[split][score] for s in seeds.values()])
-               for split in ("val", "test") for score in ("bleu", "tokenized_bleu")}
-    summary["steps"] = spread([s["steps"] for s in seeds.values()])
-    if args.newest:
-        summary |= {f"{split}_newest_{score}": spread([s[f"{split}_newest"][score] for s in seeds.values()])
-                    for split in ("val", "test") for score in ("bleu", "tokenized_bleu")}
-    if args.alphas:
-        summary["test_best_alpha_tokenized_bleu"] = spread(
-            [s["test_best_alpha"]["tokenized_bleu"] for s in seeds.values()])
-    report = {"seeds": seeds, "spread": summary}
+    report = {"seeds": seeds, "spread": summarise(seeds)}
     if args.score:  # the runs were trained at the commit of that record
         trained = json.loads(args.score.read_text())
         report["trained"] = {"record": str(args.score), "git": trained.get("git")}

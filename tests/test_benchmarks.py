@@ -145,6 +145,45 @@ def test_cli_runs_chooses_alpha_on_validation_and_scores_only_its_own_runs(tiny_
         run_script("cli_runs.py", common + ["--score", str(first), "--out", str(again)], monkeypatch)
 
 
+def test_cli_runs_merges_the_seeds_of_one_recipe_and_refuses_others(tmp_path, monkeypatch):
+    """--merge: records of one seed each become one record of their seeds, with the spread
+    worked out here by hand, and the parts' commit, machine and dates; records of other train
+    options, of another commit or of a seed already given are refused, and nothing is written."""
+    common = {"machine": "CPU M", "torch": "2.x", "git": {"commit": "abc", "dirty": False},
+              "versions": {"torch": "2.x"}, "hardware": {"cpu": "CPU M"}}
+
+    def part(seed: int, bleu: float, steps: int, options: str = "--max-minutes 10", **changes) -> str:
+        run = {"steps": steps, "val": {"bleu": bleu, "tokenized_bleu": bleu + 1},
+               "test": {"bleu": bleu - 1, "tokenized_bleu": bleu}}
+        record = common | {"command": f"python benchmarks/cli_runs.py --seeds {seed} --data d "
+                                      f"--out p{seed}.json -- {options}",
+                           "date": f"2026-11-29T0{seed}:00:00+00:00", "wall_s": 600.0 + seed,
+                           "seeds": {str(seed): run}} | changes
+        path = tmp_path / f"part-{seed}-{bleu}-{len(changes)}-{len(options)}.json"
+        path.write_text(json.dumps(record))
+        return str(path)
+
+    merged = tmp_path / "merged.json"
+    parts = [part(2, 30.0, 900), part(0, 34.0, 1000), part(1, 31.0, 1100)]
+    run_script("cli_runs.py", ["--merge", *parts, "--out", str(merged)], monkeypatch)
+    record = json.loads(merged.read_text())
+    assert list(record["seeds"]) == ["0", "1", "2"]
+    assert record["spread"]["val_bleu"] == {"min": 30.0, "median": 31.0, "max": 34.0}
+    assert record["spread"]["test_bleu"] == {"min": 29.0, "median": 30.0, "max": 33.0}
+    assert record["spread"]["steps"] == {"min": 900, "median": 1000, "max": 1100}
+    assert (record["git"], record["machine"]) == (common["git"], "CPU M"), "the parts', not this run's"
+    assert record["date"] == "2026-11-29T02:00:00+00:00" and record["wall_s"] == 1803.0
+    assert [p["command"].split()[3] for p in record["parts"]] == ["2", "0", "1"]
+    refused = {"different options": part(1, 31.0, 1100, "--max-minutes 60"),
+               "different git": part(1, 31.0, 1100, git={"commit": "def", "dirty": False}),
+               "seed 0 of": part(0, 33.0, 1000)}
+    for match, other in refused.items():
+        with pytest.raises(SystemExit, match=match):
+            run_script("cli_runs.py", ["--merge", parts[1], other, "--out", str(tmp_path / "no.json")],
+                       monkeypatch)
+    assert not (tmp_path / "no.json").exists()
+
+
 def test_multi30k_lowercase_writes_the_multi30k_papers_preprocessing(tmp_path):
     import gzip
 
