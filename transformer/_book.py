@@ -79,9 +79,10 @@ def small_number_run() -> tuple[TransformerConfig, TrainingConfig]:
 
 def measured(results: Path, names: list[str]) -> list[dict]:
     """How records were measured, for a chapter's folded note: each record's commit
-    (or that it has none: history), machine, PyTorch and the command that wrote it.
-    The Multi30k folder of this repository's runs is written as a reader's,
-    data/multi30k, where `python -m transformer data multi30k` puts it."""
+    (or that it has none: history), machine, PyTorch and the command that wrote it (of
+    a record merged from records of one seed each: theirs, then the merge). The
+    Multi30k folder of this repository's runs is written as a reader's, data/multi30k,
+    where `python -m transformer data multi30k` puts it."""
     rows = []
     for name in names:
         record = json.loads((results / name).read_text())
@@ -92,6 +93,7 @@ def measured(results: Path, names: list[str]) -> list[dict]:
             "commit": commit[:7] if commit else "none recorded (history)",
             "machine": record["machine"],
             "PyTorch": record.get("torch", "not recorded"),
-            "command": record["command"].replace("../shared/data/", "data/"),
+            "command": "; ".join([part["command"] for part in record.get("parts", [])]
+                                 + [record["command"]]).replace("../shared/data/", "data/"),
         })
     return rows
