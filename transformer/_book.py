@@ -88,12 +88,13 @@ def measured(results: Path, names: list[str]) -> list[dict]:
         record = json.loads((results / name).read_text())
         git = record.get("git") or record.get("trained", {}).get("git") or {}
         commit = git.get("commit")
+        commands = [part["command"] for part in record.get("parts", [])]
+        commands.append(record["command"])
         rows.append({
             "record": name,
             "commit": commit[:7] if commit else "none recorded (history)",
             "machine": record["machine"],
             "PyTorch": record.get("torch", "not recorded"),
-            "command": "; ".join([part["command"] for part in record.get("parts", [])]
-                                 + [record["command"]]).replace("../shared/data/", "data/"),
+            "command": "; ".join(commands).replace("../shared/data/", "data/"),
         })
     return rows
