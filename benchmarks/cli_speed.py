@@ -38,9 +38,15 @@ def git(*args: str, cwd: Path = ROOT) -> str:
     return subprocess.run(["git", *args], cwd=cwd, check=True, capture_output=True, text=True).stdout.strip()
 
 
+def data_option(data: str) -> str:
+    """--data as both sides get it: a folder (or file) that exists here as an absolute path,
+    since the baseline runs from another folder; a corpus name (numbers, hub:NAME) as given."""
+    return str(Path(data).resolve()) if Path(data).exists() else data
+
+
 def train(checkout: Path, args, out: Path, cache: Path, steps: int) -> dict:
     """One run of the command from `checkout`: its logged rates and what it said it ran."""
-    command = [sys.executable, "-m", "transformer", "train", "--data", str(args.data.resolve()),
+    command = [sys.executable, "-m", "transformer", "train", "--data", data_option(args.data),
                "--src", args.src, "--tgt", args.tgt, "--max-steps", str(steps),
                "--log-every", str(args.log_every), "--cache-dir", str(cache), "--out", str(out),
                "--overwrite", *args.flags]
@@ -65,7 +71,8 @@ def package_file(checkout: Path) -> Path:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--baseline", required=True, help="the earlier commit")
-    parser.add_argument("--data", type=Path, required=True)
+    parser.add_argument("--data", required=True,
+                        help="a folder of parallel files, or a corpus name (numbers, hub:NAME)")
     parser.add_argument("--src", default="en")
     parser.add_argument("--tgt", default="de")
     parser.add_argument("--steps", type=int, default=300)

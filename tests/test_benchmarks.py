@@ -112,6 +112,21 @@ def test_cli_speed_trains_this_checkout_and_a_commit_in_turn(tiny_corpus, tmp_pa
                                                        capture_output=True, text=True).stdout.strip()
     assert subprocess.run(worktrees, cwd=root, capture_output=True, text=True).stdout == before
 
+def test_cli_speed_gives_both_sides_a_folder_as_an_absolute_path_and_a_corpus_name_as_given(
+    tiny_corpus, monkeypatch
+):
+    """The baseline trains from another folder: a corpus folder given relative to here reaches
+    it absolute; the number corpus and a hub name are names, not paths (`--data numbers` was
+    made /abs/path/numbers and refused by train)."""
+    monkeypatch.syspath_prepend(str(BENCHMARKS))
+    import cli_speed
+
+    monkeypatch.chdir(tiny_corpus.parent)
+    assert cli_speed.data_option(tiny_corpus.name) == str(tiny_corpus.resolve())
+    for name in ("numbers", "hub:bentrevett/multi30k"):
+        assert cli_speed.data_option(name) == name
+
+
 @pytest.mark.slow
 def test_cli_runs_chooses_alpha_on_validation_and_scores_only_its_own_runs(tiny_corpus, tmp_path, monkeypatch):
     """cli_runs.py trains with the plain command, then scores test with the alpha of highest
