@@ -131,29 +131,38 @@ def summarise(seeds: dict) -> dict:
 
 
 def recipe(command: str) -> list[str]:
-    """A record's command without its --seeds and --out: what its runs have in common."""
+    """A record's command without its --seeds, --out and --runs (also as --option=VALUE):
+    what runs of one recipe have in common."""
     words, kept = shlex.split(command), []
     while words:
         word = words.pop(0)
-        if word == "--out":
+        if word in ("--out", "--runs"):
             words.pop(0)
         elif word == "--seeds":
             while words and words[0].isdigit():
                 words.pop(0)
-        else:
+        elif word.partition("=")[0] not in ("--out", "--runs", "--seeds"):
             kept.append(word)
     return kept
+
+
+MERGED = ("command", "date", "wall_s", "seeds", "machine", "git", "versions", "hardware")
 
 
 def merge(paths: list[Path]) -> dict:
     """One record of the seeds of the records at `paths` (see --merge): their seeds, spread,
     commit, machine and software, and each one's command, date and wall time."""
     parts = [json.loads(path.read_text()) for path in paths]
-    for key, same in (("options", recipe), ("git", None), ("hardware", None), ("versions", None)):
-        values = [same(p["command"]) if same else p.get(key) for p in parts]
-        if any(value != values[0] for value in values):
+    for path, part in zip(paths, parts):
+        if missing := [key for key in MERGED if key not in part]:
+            raise SystemExit(f"{path} is not a record of cli_runs.py: it lacks {missing}")
+    same = {"options": lambda p: recipe(p["command"]), "trained commit": lambda p: p.get("trained"),
+            **{key: lambda p, key=key: p.get(key) for key in ("git", "hardware", "versions", "torch")}}
+    for key, value in same.items():
+        values = [value(p) for p in parts]
+        if any(v != values[0] for v in values):
             raise SystemExit(f"records of different {key} cannot be merged: "
-                             + "; ".join(f"{path}: {value}" for path, value in zip(paths, values)))
+                             + "; ".join(f"{path}: {v}" for path, v in zip(paths, values)))
     seeds = {}
     for path, part in zip(paths, parts):
         if twice := set(seeds) & set(part["seeds"]):
@@ -161,7 +170,8 @@ def merge(paths: list[Path]) -> dict:
         seeds |= part["seeds"]
     seeds = dict(sorted(seeds.items(), key=lambda item: int(item[0])))
     first = parts[0]
-    return {key: first[key] for key in ("machine", "torch", "git", "versions", "hardware")} | {
+    kept = ("machine", "torch", "git", "versions", "hardware", "trained")
+    return {key: first[key] for key in kept if key in first} | {
         "date": max(p["date"] for p in parts),
         "wall_s": round(sum(p["wall_s"] for p in parts), 1),
         "parts": [{key: p[key] for key in ("command", "date", "wall_s")} for p in parts],
@@ -188,6 +198,8 @@ def main() -> None:
     args = parser.parse_args()
     args.train = args.train[1:] if args.train[:1] == ["--"] else args.train
     if args.merge:
+        if args.data or args.score or args.newest or args.alphas or args.train:
+            parser.error("--merge trains and scores nothing: give it records and --out alone")
         write_report(args.out, merge(args.merge))
         return
     if args.data is None:

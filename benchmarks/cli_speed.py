@@ -39,9 +39,11 @@ def git(*args: str, cwd: Path = ROOT) -> str:
 
 
 def data_option(data: str) -> str:
-    """--data as both sides get it: a folder (or file) that exists here as an absolute path,
-    since the baseline runs from another folder; a corpus name (numbers, hub:NAME) as given."""
-    return str(Path(data).resolve()) if Path(data).exists() else data
+    """--data as both sides get it: a corpus name (numbers, hub:NAME) as given; a folder as
+    an absolute path, since the baseline runs from another folder."""
+    if data == "numbers" or data.startswith("hub:"):
+        return data
+    return str(Path(data).resolve())
 
 
 def train(checkout: Path, args, out: Path, cache: Path, steps: int) -> dict:

@@ -123,6 +123,7 @@ def test_cli_speed_gives_both_sides_a_folder_as_an_absolute_path_and_a_corpus_na
 
     monkeypatch.chdir(tiny_corpus.parent)
     assert cli_speed.data_option(tiny_corpus.name) == str(tiny_corpus.resolve())
+    (tiny_corpus.parent / "numbers").mkdir()  # a folder of that name here changes nothing
     for name in ("numbers", "hub:bentrevett/multi30k"):
         assert cli_speed.data_option(name) == name
 
@@ -174,7 +175,7 @@ def test_cli_runs_merges_the_seeds_of_one_recipe_and_refuses_others(tmp_path, mo
                                       f"--out p{seed}.json -- {options}",
                            "date": f"2026-11-29T0{seed}:00:00+00:00", "wall_s": 600.0 + seed,
                            "seeds": {str(seed): run}} | changes
-        path = tmp_path / f"part-{seed}-{bleu}-{len(changes)}-{len(options)}.json"
+        path = tmp_path / f"part-{len(list(tmp_path.glob('part-*')))}.json"
         path.write_text(json.dumps(record))
         return str(path)
 
@@ -189,6 +190,9 @@ def test_cli_runs_merges_the_seeds_of_one_recipe_and_refuses_others(tmp_path, mo
     assert (record["git"], record["machine"]) == (common["git"], "CPU M"), "the parts', not this run's"
     assert record["date"] == "2026-11-29T02:00:00+00:00" and record["wall_s"] == 1803.0
     assert [p["command"].split()[3] for p in record["parts"]] == ["2", "0", "1"]
+    with pytest.raises(SystemExit):  # --merge with options it would ignore
+        run_script("cli_runs.py", ["--merge", *parts, "--newest", "--out", str(tmp_path / "no.json")],
+                   monkeypatch)
     refused = {"different options": part(1, 31.0, 1100, "--max-minutes 60"),
                "different git": part(1, 31.0, 1100, git={"commit": "def", "dirty": False}),
                "seed 0 of": part(0, 33.0, 1000)}
