@@ -246,12 +246,14 @@ def ten_minutes() -> str:
         spans = [r["spread"]["val_bleu"]["max"] - r["spread"]["val_bleu"]["min"] for r in (paper, plan)]
         if not abs(medians[0] - medians[1]) < min(spans):
             raise SystemExit(f"{names}: the validation medians differ by more than the seeds' spread")
-        moved.append(f"{medians[0] - medians[1]:+.2f} points on the {paper['machine'].split(' CPU')[0]}")
+        hardware = paper["hardware"]
+        cpu = f"{paper['machine'].split(' CPU')[0]} (family {hardware['family']} model {hardware['model']})"
+        moved.append(f"{medians[0] - medians[1]:+.2f} points on the {cpu}")
     return "\n".join(header + [_ten_minutes_row(name) for name in TEN_MINUTES]) + (
         "\n\nSchedules are compared on validation. Where ten minutes pass the preset's 800 updates "
         "of warm-up, the planned schedule at 0.7 of the preset's peak (`--schedule planned "
         f"--lr-scale 1.8`) moved the median of three seeds by {_and(moved)}: less than either "
-        "schedule's spread over seeds. On the family-25 EPYC, where they do not, the plan at the "
+        "schedule's spread over seeds. On the family-25 model-1 EPYC, where they do not, the plan at the "
         "preset's peak scored lower with seed 0. So the paper's schedule stays the default."
     )
 
