@@ -215,7 +215,8 @@ def _trains_in(run: dict) -> str:
 
 def _ten_minutes_row(name: str) -> str:
     record = _record(name)
-    runs = [record["seeds"][seed] for seed in sorted(record["seeds"], key=int)]
+    seeds = sorted(record["seeds"], key=int)
+    runs = [record["seeds"][seed] for seed in seeds]
 
     def bleu(split: str) -> str:
         each = " / ".join(f"{run[split]['bleu']:.2f}" for run in runs)
@@ -225,7 +226,7 @@ def _ten_minutes_row(name: str) -> str:
     return (
         f"| {record['machine'].removesuffix(', 2 threads')} "
         f"| {_and(sorted(set(map(_trains_in, runs))))} | {_and(sorted(set(map(_schedule, runs))))} "
-        f"| {', '.join(sorted(record['seeds'], key=int))} | {' / '.join(format(r['steps'], ',') for r in runs)} "
+        f"| {', '.join(seeds)} | {' / '.join(format(r['steps'], ',') for r in runs)} "
         f"| {bleu('val')} | {bleu('test')} | `{name}`, {record['git']['commit'][:7]} |"
     )
 
@@ -235,7 +236,10 @@ def ten_minutes() -> str:
     say on validation, each part of the sentence checked against the records."""
     from transformer.trainer import TRAINING_PRESETS  # imports torch: only here
 
-    warmup = TRAINING_PRESETS["tiny"]["warmup_steps"]  # the preset of the CPU command
+    tiny = TRAINING_PRESETS["tiny"]  # the preset of the CPU command
+    warmup = tiny["warmup_steps"]
+    if round(1.8 / tiny["lr_scale"], 1) != 0.7:
+        raise SystemExit(f"--lr-scale 1.8 is not 0.7 of the preset's {tiny['lr_scale']}, as the README says")
     header = ["| CPU | trains in | schedule | seeds | updates | validation sacreBLEU "
               "| test2016 sacreBLEU | record, commit |", "|---|---|---|---|---|---|---|---|"]
     moved = []
