@@ -71,9 +71,13 @@ def chromium():
 
 
 @pytest.fixture(scope="module")
-def site(chromium):
+def site(request):
+    """The built book served here, and the module's Chromium: launched only once the book
+    is found (under make test, before make book, starting it would cost seconds of both
+    cores for tests that skip)."""
     if not (HTML / "index.html").is_file():
         pytest.skip("needs the built book in _build/html: make book")
+    chromium = request.getfixturevalue("chromium")
     handler = functools.partial(_QuietHandler, directory=str(HTML))
     server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
     threading.Thread(target=server.serve_forever, daemon=True).start()
@@ -475,10 +479,12 @@ def test_the_translators_explorer_draws_every_weight_as_python_does(site):
 
 
 @pytest.fixture(scope="module")
-def jupyterlab(chromium, tmp_path_factory):
+def jupyterlab(request, tmp_path_factory):
     """A JupyterLab (the one `make lab` installs) serving a copy of the chapters, and the
-    module's Chromium; yields (browser, url of the lab, the served folder)."""
+    module's Chromium (launched once JupyterLab is found); yields (browser, url of the lab,
+    the served folder)."""
     pytest.importorskip("jupyterlab", reason="needs JupyterLab: make test-browser installs it")
+    chromium = request.getfixturevalue("chromium")
     import socket
     import subprocess
     import sys
