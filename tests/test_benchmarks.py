@@ -242,6 +242,63 @@ def test_fresh_clone_times_commands_in_a_clone_and_reads_make_trains_summary(tmp
     assert set(BENCHMARKS.parent.parent.glob(".fresh-clone-*")) <= clones, "the clone is removed"
 
 
+CHAPTER = """---
+jupytext:
+  text_representation:
+    extension: .md
+    format_name: myst
+kernelspec:
+  name: python3
+  display_name: Python 3
+  language: python
+---
+# A chapter
+
+```{code-cell} ipython3
+import os, pathlib, time
+cache = pathlib.Path(os.environ["TRANSFORMER_CACHE"])
+with open("seen.txt", "a") as seen:  # the working directory: the chapter's folder
+    seen.write(f"{(cache / 'run').exists()}\\n")
+cache.mkdir(parents=True, exist_ok=True)
+(cache / "run").touch()
+```
+
+```{code-cell} ipython3
+time.sleep(0.5)
+```
+"""
+
+
+def test_chapter_times_runs_each_chapter_first_with_an_empty_cache_then_with_its_own(tmp_path, monkeypatch):
+    """chapter_times.py in this process, on a book of two chapters in kernels of their own
+    (no torch in them: a second each): the first run finds no cache, the cached one finds the
+    first run's; the slowest cell is found; a failing chapter stops the script before any
+    record is written; a name that is no chapter is refused."""
+    book = tmp_path / "book"
+    book.mkdir()
+    (book / "timed.md").write_text(CHAPTER)
+    (book / "broken.md").write_text(CHAPTER.replace("time.sleep(0.5)", "raise ValueError('broken')"))
+    (book / "prose.md").write_text("# No code\n")
+    out = tmp_path / "times.json"
+    run_script("chapter_times.py", ["--book", str(book), "--chapters", "timed", "--repeats", "1",
+                                    "--out", str(out)], monkeypatch)
+    assert (book / "seen.txt").read_text() == "False\nTrue\n", "first an empty cache, then its own"
+    timed = json.loads(out.read_text())["chapters"]["timed"]
+    assert timed["first"]["slowest_cell"]["code_cell"] == 2 and timed["first"]["slowest_cell"]["seconds"] >= 0.5
+    assert timed["first"]["seconds"] > timed["first"]["slowest_cell"]["seconds"], "the kernel's start counted"
+    assert timed["cached"]["seconds"]["min"] == timed["cached"]["seconds"]["max"] >= 0.5
+    from nbclient.exceptions import CellExecutionError
+
+    broken = tmp_path / "broken.json"
+    with pytest.raises(CellExecutionError, match="broken"):
+        run_script("chapter_times.py", ["--book", str(book), "--chapters", "broken", "--out", str(broken)],
+                   monkeypatch)
+    assert not broken.exists()
+    with pytest.raises(SystemExit, match="2"):
+        run_script("chapter_times.py", ["--book", str(book), "--chapters", "prose", "--out", str(broken)],
+                   monkeypatch)
+
+
 def test_trainer_step_flops_written_out_agree_with_flop_counter_mode(monkeypatch):
     """trainer_step.py's MFU counts the FLOPs of the real tokens from a formula; on a batch
     without padding it agrees with FlopCounterMode's count of the step to 1% (the formula counts
