@@ -336,8 +336,27 @@ def plain_command_speed() -> str:
     )
 
 
+def chapter_times() -> str:
+    """How long a chapter takes in Jupyter (benchmarks/chapter_times.py): the slowest once
+    the runs it uses are cached, and the slowest opened first, when it trains them."""
+    name = "chapter_times_zen4.json"
+    record = _record(name)
+    chapters = record["chapters"]
+    cached = max(chapters, key=lambda c: chapters[c]["cached"]["seconds"]["median"])
+    first = max(chapters, key=lambda c: chapters[c]["first"]["seconds"])
+    return (
+        f"Run there, each of the {len(chapters)} chapters with code took at most "
+        f"{_minutes(chapters[cached]['cached']['seconds']['median'])} ({cached}; the median of "
+        f"{record['repeats']} runs) once the runs it uses were cached; opened first, with "
+        f"nothing cached, so that it trains them, at most "
+        f"{_minutes(chapters[first]['first']['seconds'])} ({first}). Measured by "
+        f"`benchmarks/chapter_times.py` ({_provenance(record, name)}).\n"
+    )
+
+
 BLOCKS: dict[str, Callable[[], str]] = {"setup-times": setup_times, "results": results,
-                                         "gpu-speed": gpu_speed, "cpu-speed": cpu_speed}
+                                         "gpu-speed": gpu_speed, "cpu-speed": cpu_speed,
+                                         "chapter-times": chapter_times}
 
 
 def architecture(path: Path) -> None:
