@@ -3,13 +3,17 @@ jupytext (as JupyterLab opens it), a new kernel of this environment's Python sta
 nbclient, the book/ folder as its working directory, torch's default threads (nothing sets
 OMP_NUM_THREADS here, as nothing does on a reader's machine).
 
-Two measurements a chapter, each from starting its kernel to the last cell's end:
+Two measurements a chapter, each from starting its kernel to shutting it down after the
+last cell:
 - first: the chapter alone with an empty cache of prepared corpora and trained runs
-  (TRANSFORMER_CACHE, a folder of its own): what a reader waits who opens this chapter
-  first, training whatever runs it uses (the book's number run, parsing's run);
+  (TRANSFORMER_CACHE, a folder of its own, so no other chapter's runs are there): what a
+  reader waits who opens this chapter first, training whatever runs it uses (the book's
+  number run, parsing's run). Python's own caches (pip's, the bytecode, the system's
+  file cache) are as this machine left them;
 - cached: the chapter again, --repeats times, with the cache its first run left: what a
   reader waits once its runs are there (min / median / max).
-Each also names its slowest cell and the seconds that cell took (nbclient's timing).
+Each also names its slowest cell and the seconds that cell took (nbclient's timing; for
+the cached runs, in the run of median time).
 
     python benchmarks/chapter_times.py --repeats 3 --out benchmarks/results/chapter_times.json
     python benchmarks/chapter_times.py --chapters parsing trainer --repeats 1 --out OUT.json
@@ -68,7 +72,7 @@ def execute(chapter: Path, cache: Path, timeout: int) -> dict:
     return {"seconds": round(seconds, 2),
             "slowest_cell": None if slowest is None else
             {"code_cell": slowest + 1, "seconds": round(_seconds(code[slowest]), 2),
-             "starts": code[slowest].source.splitlines()[0][:80]}}
+             "starts": (code[slowest].source.splitlines() or [""])[0][:80]}}
 
 
 def main() -> None:
@@ -95,10 +99,11 @@ def main() -> None:
         for name in names:
             chapter, cache = args.book / f"{name}.md", work / name
             first = execute(chapter, cache, args.timeout)
-            cached = [execute(chapter, cache, args.timeout) for _ in range(args.repeats)]
+            cached = sorted((execute(chapter, cache, args.timeout) for _ in range(args.repeats)),
+                            key=lambda run: run["seconds"])
             results[name] = {"first": first, "cached": {
                 "seconds": spread([run["seconds"] for run in cached]),
-                "slowest_cell": cached[0]["slowest_cell"]}}
+                "slowest_cell": cached[len(cached) // 2]["slowest_cell"]}}
             print(f"{name:20} first {first['seconds']:6.1f} s, cached "
                   f"{results[name]['cached']['seconds']['median']:6.1f} s (median of "
                   f"{args.repeats})", flush=True)

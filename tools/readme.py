@@ -345,12 +345,14 @@ def chapter_times() -> str:
     cached = max(chapters, key=lambda c: chapters[c]["cached"]["seconds"]["median"])
     first = max(chapters, key=lambda c: chapters[c]["first"]["seconds"])
     return (
-        f"Run there, each of the {len(chapters)} chapters with code took at most "
-        f"{_minutes(chapters[cached]['cached']['seconds']['median'])} ({cached}; the median of "
-        f"{record['repeats']} runs) once the runs it uses were cached; opened first, with "
-        f"nothing cached, so that it trains them, at most "
-        f"{_minutes(chapters[first]['first']['seconds'])} ({first}). Measured by "
-        f"`benchmarks/chapter_times.py` ({_provenance(record, name)}).\n"
+        f"A chapter that uses a trained run (the book's number model, parsing's run) trains it "
+        f"the first time, into `~/.cache/transformer` (`make test`'s runs stay in `build/`), and "
+        f"loads it after. Each of the {len(chapters)} chapters with code, run alone in a new "
+        f"kernel as JupyterLab runs it, took at most "
+        f"{_minutes(chapters[first]['first']['seconds'])} ({first}) with nothing cached, and at "
+        f"most {_minutes(chapters[cached]['cached']['seconds']['median'])} ({cached}; the median "
+        f"of {record['repeats']} runs) once its runs were cached (`benchmarks/chapter_times.py`; "
+        f"{_provenance(record, name)}).\n"
     )
 
 
