@@ -30,6 +30,9 @@ STARTED = time.time()  # when the benchmark's process imported this module
 
 NATIVE_BF16 = ("avx512_bf16", "amx_bf16")  # the CPU multiplies bf16 in hardware
 CPU_FLAGS = ("avx2", "avx512f", *NATIVE_BF16, "amx_tile")  # the flags that decide a step's speed
+# the variables that keep PyTorch, oneDNN and MKL below the CPU's instructions (a CPU of one
+# kind made to run as another: a Zen 4 limited to AVX2 multiplies bf16 the way a Zen 3 does)
+ISA_LIMITS = ("ATEN_CPU_CAPABILITY", "ONEDNN_MAX_CPU_ISA", "MKL_ENABLE_INSTRUCTIONS")
 
 
 def cpu(cpuinfo: Path = Path("/proc/cpuinfo"), meminfo: Path = Path("/proc/meminfo")) -> dict:
@@ -54,7 +57,19 @@ def cpu(cpuinfo: Path = Path("/proc/cpuinfo"), meminfo: Path = Path("/proc/memin
             "family": number("cpu family"), "model": number("model"),
             "flags": [flag for flag in CPU_FLAGS if flag in flags] if fields else None,
             "capability": torch.backends.cpu.get_cpu_capability(),
-            "threads": torch.get_num_threads(), "memory_gib": memory}
+            "threads": torch.get_num_threads(), "memory_gib": memory, **_isa_limits()}
+
+
+def _isa_limits() -> dict:
+    """{"isa_limits": {variable: value}} for each of ISA_LIMITS set here; {} when none is."""
+    limits = {name: os.environ[name] for name in ISA_LIMITS if os.environ.get(name)}
+    return {"isa_limits": limits} if limits else {}
+
+
+def _bf16_limited(limits: dict) -> bool:
+    """Whether oneDNN, which multiplies bf16 on a CPU, is held below the bf16 instructions."""
+    isa = limits.get("ONEDNN_MAX_CPU_ISA", "ALL").lower()
+    return isa != "all" and "bf16" not in isa and "amx" not in isa
 
 
 def machine(device: torch.device | None = None) -> str:
@@ -68,7 +83,12 @@ def machine(device: torch.device | None = None) -> str:
         exact.append(f"family {found['family']} model {found['model']}")
     if found["flags"] is not None:
         native = any(flag in found["flags"] for flag in NATIVE_BF16)
-        exact.append("native bf16" if native else "bf16 emulated")
+        limits = found.get("isa_limits", {})
+        if native and _bf16_limited(limits):
+            held = " and ".join(f"{name}={value}" for name, value in limits.items())
+            exact.append(f"native bf16 held back by {held}, so bf16 emulated")
+        else:
+            exact.append("native bf16" if native else "bf16 emulated")
     detail = f" ({', '.join(exact)})" if exact else ""
     threads = found['threads']
     return f"{found['model_name']} CPU{detail}, {threads} thread{'' if threads == 1 else 's'}"

@@ -399,6 +399,31 @@ def test_the_cpu_is_named_exactly_from_its_proc_files(tmp_path, monkeypatch):
     assert report.cpu(tmp_path / "absent", tmp_path / "absent")["flags"] is None
 
 
+def test_a_cpu_held_below_its_instructions_is_named_with_the_variables_that_hold_it(monkeypatch):
+    """A Zen 4 run with oneDNN held to AVX2 multiplies bf16 the way a CPU without it does: the
+    record says so and names the variables; a limit that keeps bf16 leaves it native."""
+    monkeypatch.syspath_prepend(str(BENCHMARKS))
+    import report
+
+    zen4 = {"model_name": "AMD EPYC", "family": 25, "model": 17, "threads": 2,
+            "flags": ["avx2", "avx512f", "avx512_bf16"]}
+    monkeypatch.setattr(report, "cpu", lambda: zen4)
+    assert report.machine() == "AMD EPYC CPU (family 25 model 17, native bf16), 2 threads"
+    zen4["isa_limits"] = {"ATEN_CPU_CAPABILITY": "avx2", "ONEDNN_MAX_CPU_ISA": "AVX2"}
+    assert report.machine() == (
+        "AMD EPYC CPU (family 25 model 17, native bf16 held back by ATEN_CPU_CAPABILITY=avx2 "
+        "and ONEDNN_MAX_CPU_ISA=AVX2, so bf16 emulated), 2 threads")
+    zen4["isa_limits"] = {"ONEDNN_MAX_CPU_ISA": "AVX512_CORE_BF16"}
+    assert report.machine().endswith("(family 25 model 17, native bf16), 2 threads")
+    monkeypatch.undo()
+    monkeypatch.setenv("ONEDNN_MAX_CPU_ISA", "AVX2")
+    monkeypatch.delenv("ATEN_CPU_CAPABILITY", raising=False)
+    monkeypatch.delenv("MKL_ENABLE_INSTRUCTIONS", raising=False)
+    assert report.cpu()["isa_limits"] == {"ONEDNN_MAX_CPU_ISA": "AVX2"}
+    monkeypatch.delenv("ONEDNN_MAX_CPU_ISA")
+    assert "isa_limits" not in report.cpu()
+
+
 class _Parsed(Exception):
     """Raised in place of running a benchmark once its arguments are parsed."""
 
