@@ -281,6 +281,22 @@ def test_train_ends_with_the_average_of_its_last_checkpoints(run_folder):
     assert outputs[0] == outputs[1], "a run folder translates with its average"
 
 
+def test_train_plans_the_schedule_of_a_run_of_minutes_alone(tmp_path, tiny_corpus, monkeypatch):
+    """`--max-minutes` alone plans; with `--max-steps`, a `--cooldown` or `--schedule paper`,
+    the paper's curve."""
+    configs = []
+
+    def from_config(model_config, config, *args):
+        configs.append(config)
+        raise KeyboardInterrupt  # stop before any training
+
+    monkeypatch.setattr(cli.Trainer, "from_config", from_config)
+    for more in ([], ["--max-steps", "5"], ["--cooldown", "0.2"], ["--schedule", "paper"]):
+        with pytest.raises(KeyboardInterrupt):
+            main(["train", "--data", str(tiny_corpus), "--max-minutes", "10", *more, "--out", str(tmp_path / "run")])
+    assert [config.schedule for config in configs] == ["planned", "paper", "paper", "paper"]
+
+
 def test_a_cooled_down_run_ends_on_its_newest_checkpoint_unless_told_to_average(tiny_corpus, tmp_path, capsys):
     newest = "checkpoint-00000003.pt (averaging is off)"
     for i, (how, more, final) in enumerate([
@@ -289,7 +305,9 @@ def test_a_cooled_down_run_ends_on_its_newest_checkpoint_unless_told_to_average(
         out = tmp_path / f"run{i}"
         assert main(["train", "--data", str(tiny_corpus), "--max-steps", "3", "--max-tokens", "200", "--vocab-size", "60",
                      "--precision", "fp32", *how, "--out", str(out), *more]) == 0
-        assert f"final model: {final}" in capsys.readouterr().out
+        said = capsys.readouterr().out
+        assert f"final model: {final}" in said
+        assert ("schedule planned for 3 updates" in said) == ("planned" in how), "the plan, said"
         assert (out / "checkpoint_average.pt").exists() == bool(more)
 
 

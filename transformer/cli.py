@@ -232,8 +232,9 @@ def _add_schedule_options(group: argparse._ArgumentGroup) -> None:
     group.add_argument(
         "--schedule",
         choices=["paper", "planned"],
-        help="the rate's schedule: the paper's (default), or planned for the budget "
-        "(warm-up, the peak held, a fall to 0 over its last fifth)",
+        help="the rate's schedule: the paper's, or planned for the budget (warm-up "
+        "to 0.7 of the paper's peak, held, a fall to 0 over its last fifth); "
+        "default: planned for --max-minutes alone, else the paper's",
     )
     group.add_argument("--label-smoothing", type=float, help="epsilon_ls (paper: 0.1)")
 

@@ -111,6 +111,7 @@ def scaled_rates(optimizer: torch.optim.Optimizer, factor: float) -> Iterator[No
 
 
 WARMUP_SHARE = 0.1  # a planned warm-up: this share of the projected updates, at most
+PEAK_SHARE = 0.7  # a planned peak: this share of the paper's, which it holds
 FALL_SHARE = 0.2  # a planned fall to 0: over this last share of the budget
 
 
@@ -162,10 +163,12 @@ class Planner:
     (config.planned: from max_steps at once, or measured in a run of minutes)."""
 
     def __init__(self, config: RunSettings, clock: Clock, peak: float, step: int):
-        self.config, self.clock, self.peak, self.first = config, clock, peak, step
+        self.config, self.clock, self.first = config, clock, step
+        self.peak = PEAK_SHARE * peak  # peak: the paper's curve's
         self.plan, self.mark = None, 0.0  # mark: minutes at the first update counted
         if config.planned and config.max_minutes is None:
-            self.plan = plan_schedule(config.max_steps, config.warmup_steps, peak)
+            self.plan = plan_schedule(config.max_steps, config.warmup_steps, self.peak)
+        self.unsaid = self.plan  # a plan made from max_steps, not yet in the log
 
     def rate(self, update: int, done: float, paper: float) -> float:
         """The rate of update number `update`: the paper's (`paper`), or the plan's."""
@@ -174,7 +177,11 @@ class Planner:
         return self.plan.rate(update, done)
 
     def measure(self, step: int, rate: float) -> Plan | None:
-        """After update `step` (made at `rate`): the plan, when it is made now."""
+        """After update `step` (made at `rate`): the plan, for the log, when it is made
+        now (one made from max_steps at the start: after the first update)."""
+        if self.unsaid is not None:
+            said, self.unsaid = self.unsaid, None
+            return said
         if not self.config.planned or self.plan is not None:
             return None
         counted = step - self.first

@@ -70,8 +70,7 @@ class TrainingConfig:
     translate and evaluate with its checkpoints.
     cooldown: the last fraction of the run (of max_steps or max_minutes, whichever
     ends it), over which the rate's multiplier falls linearly from 1 to 0; 0: none.
-    schedule: "paper" (warmup_steps, lr_scale, then step^-0.5); "planned" for the
-    budget (Runs chapter: warm-up to the paper's peak, held, then a fall to 0).
+    schedule: "paper" or "planned" (Runs chapter); None: default_schedule's choice.
     """
 
     data: str = "numbers"
@@ -85,7 +84,7 @@ class TrainingConfig:
     warmup_steps: int = 4000
     lr_scale: float = 1.0
     cooldown: float = 0.0
-    schedule: str = "paper"
+    schedule: str | None = None
     label_smoothing: float = 0.1
     precision: str = "auto"
     compile: bool | None = None
@@ -104,6 +103,8 @@ class TrainingConfig:
     lowercase: bool = False
 
     def __post_init__(self) -> None:
+        if self.schedule is None:
+            self.schedule = default_schedule(self)
         self._check()
 
     @property
@@ -180,6 +181,13 @@ class TrainingConfig:
 
 
 SCHEDULES = ("paper", "planned")
+
+
+def default_schedule(config: TrainingConfig) -> str:
+    """The schedule of a run that names none: "planned" for a budget of minutes alone
+    (no max_steps, no cooldown), else "paper"."""
+    minutes_alone = config.max_minutes is not None and config.max_steps is None
+    return "planned" if minutes_alone and not config.cooldown else "paper"
 
 
 TRAINING_PRESETS: dict[str, dict] = {
@@ -387,7 +395,7 @@ class Trainer:
         metrics: dict[str, float] = {}
         clock = Clock(config, self.world_size, self.device)
         d_model, warmup = self.model.config.d_model, config.warmup_steps
-        # the peak of the paper's curve: a planned schedule's too
+        # the peak of the paper's curve (a planned schedule holds PEAK_SHARE of it)
         peak = learning_rate(warmup, d_model, warmup, config.lr_scale)
         planner = Planner(config, clock, peak, self.step)
         window = LossWindow(self.device)
@@ -599,6 +607,7 @@ def final_average(config: TrainingConfig, average_last: int | None = None) -> in
 
 __all__ = [
     'TrainingConfig',
+    'default_schedule',
     'rank_sampler',
     'TrainBatches',
     'training_state',
