@@ -1,9 +1,9 @@
 """A recipe as a user runs it: the plain `train` command, then `evaluate` on its run folder
-(the final model, the average of the run's last checkpoints), once per seed; the spread over
-seeds recorded as min / median / max.
+(the final model: the newest checkpoint after a planned schedule, the average of the last
+ones after the paper's), once per seed; the spread over seeds recorded as min / median / max.
 
     python benchmarks/cli_runs.py --seeds 0 1 2 --data ../shared/data/multi30k --src en \\
-        --tgt de --out benchmarks/results/multi30k_en_de_10min_cli.json -- --max-minutes 10
+        --tgt de --out runs/cli10.json -- --max-minutes 10
 
 Everything after `--` goes to `train` as given. Each seed trains into runs/cli-SEED (or
 --runs), then `evaluate` scores the validation split (where recipes are compared) and the
@@ -24,7 +24,8 @@ command and date under "parts".
 
     python benchmarks/cli_runs.py --seeds 1 --data ../shared/data/multi30k --src en --tgt de \
         --runs runs/lc3 --alphas 0.6 0.8 1.0 1.2 1.4 1.6 \
-        --out benchmarks/results/multi30k_en_de_lc_cli_alpha.json -- --lowercase --max-minutes 60
+        --out benchmarks/results/multi30k_en_de_lc_cli_alpha.json -- --lowercase --max-minutes 60 \
+        --schedule paper
 """
 
 from __future__ import annotations

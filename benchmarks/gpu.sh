@@ -138,7 +138,7 @@ multi30k)
         names+=("$name")
         read -ra flags <<< "${recipe#*=}"
         python -m transformer train "${flags[@]}" --data "$data" --src en --tgt de --max-minutes "$minutes" \
-            --checkpoint-every 200 --keep-checkpoints 10 --overwrite --cache-dir "$logs/cache-$name" \
+            --schedule paper --checkpoint-every 200 --keep-checkpoints 10 --overwrite --cache-dir "$logs/cache-$name" \
             --out "$logs/m30k-$name" > "$logs/m30k-$name.log" 2>&1 &
     done
     wait

@@ -4,7 +4,8 @@ paper's recipe (beam search, checkpoint averaging) at a few time budgets, both B
 analysis of the best system over the whole test set. Writes the file that book/results.md reads.
 
     python -m transformer train --data ../shared/data/multi30k --src en --tgt de \
-        --max-minutes 60 --checkpoint-minutes 3 --keep-checkpoints 30 --out runs/m30k-en-de
+        --max-minutes 60 --schedule paper --checkpoint-minutes 3 --keep-checkpoints 30 \
+        --out runs/m30k-en-de
     python benchmarks/multi30k.py --run runs/m30k-en-de --data ../shared/data/multi30k \
         --src en --tgt de --out benchmarks/results/multi30k_en_de.json
 

@@ -4,7 +4,7 @@ applies before scoring; no escaping, so scoring re-tokenizes the output unchange
 SPLIT.LANG files that `python -m transformer train --data FOLDER` reads.
 
     python benchmarks/multi30k_lowercase.py ../shared/data/multi30k runs/m30k-lc-data
-    python -m transformer train --data runs/m30k-lc-data --src en --tgt de --max-minutes 60 \\
+    python -m transformer train --data runs/m30k-lc-data --src en --tgt de --max-minutes 60 --schedule paper \\
         --checkpoint-minutes 2 --keep-checkpoints 30 --out runs/m30k-en-de-lc
 
 Only the lowercased tokenized BLEU of such a model compares with the literature; its sacreBLEU

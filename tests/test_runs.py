@@ -68,6 +68,19 @@ def test_a_plan_continues_the_ramp_to_the_peak_then_falls_to_zero_as_written_out
     assert (late.updates, late.warmup) == (32, 31), "a budget already spent: one update up, one down"
 
 
+def test_a_run_resumed_at_update_3200_plans_from_there():
+    """Oracle, by hand: resumed at update 3,200, planned after its 30th update (3,230) to
+    end at 6,420: a warm-up of a tenth of the 3,220 updates of this process (322, to
+    3,522; not twice the 3,230 updates since the run began), the peak held, and the fall
+    over the last fifth of this process's budget."""
+    plan = plan_schedule(6420, 800, 1e-3, start=3230, rate=0.4e-3, first=3200)
+    assert plan.warmup == 3522
+    assert plan.rate(3376, 0.05) == pytest.approx(0.4e-3 + 0.6e-3 * 146 / 292)
+    assert plan.rate(4000, 0.5) == pytest.approx(1e-3), "the peak held"
+    assert plan.rate(6000, 0.9) == pytest.approx(0.5e-3), "half-way down the fall"
+    assert plan.rate(6420, 1.0) == 0.0
+
+
 def test_scaled_rates_scale_within_the_block_and_restore_after_an_error():
     optimizer = torch.optim.SGD([torch.zeros(1, requires_grad=True)], lr=0.4)
     with pytest.raises(RuntimeError), scaled_rates(optimizer, 0.5):

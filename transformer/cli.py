@@ -227,14 +227,14 @@ def _add_schedule_options(group: argparse._ArgumentGroup) -> None:
         "--cooldown",
         type=_probability,
         help="over this last fraction of the run, the rate's multiplier falls "
-        "linearly from 1 to 0 (default 0: the paper's curve alone)",
+        "linearly from 1 to 0 (default 0: none); it keeps the paper's curve",
     )
     group.add_argument(
         "--schedule",
         choices=["paper", "planned"],
         help="the rate's schedule: the paper's, or planned for the budget (warm-up "
         "to 0.7 of the paper's peak, held, a fall to 0 over its last fifth); "
-        "default: planned for --max-minutes alone, else the paper's",
+        "default: planned for --max-minutes alone without --cooldown, else the paper's",
     )
     group.add_argument("--label-smoothing", type=float, help="epsilon_ls (paper: 0.1)")
 

@@ -117,9 +117,10 @@ FALL_SHARE = 0.2  # a planned fall to 0: over this last share of the budget
 
 @dataclass(frozen=True)
 class Plan:
-    """A schedule for a run's budget, projected to hold `updates` updates: after
+    """A schedule for a run's budget, projected to end at update `updates`: after
     update `start` (made at `start_rate`), the rate rises linearly to `peak` at update
-    `warmup`, holds it, and falls linearly to 0 over the budget's last `fall`."""
+    `warmup`, holds it, and falls linearly to 0 over the budget's last `fall`. The
+    budget is this process's, from update `first` (0, or where the run resumed)."""
 
     updates: int
     warmup: int
@@ -127,13 +128,15 @@ class Plan:
     start: int = 0
     start_rate: float = 0.0
     fall: float = FALL_SHARE
+    first: int = 0
 
     def rate(self, update: int, done: float) -> float:
         """The rate of update number `update` (from 1), made once `done` (0 to 1) of
         the run is done."""
         rise = min(1.0, (update - self.start) / (self.warmup - self.start))
         rise = self.start_rate + (self.peak - self.start_rate) * rise
-        span = min(self.fall, 1.0 - self.warmup / self.updates)
+        after = (self.updates - self.warmup) / (self.updates - self.first)
+        span = min(self.fall, after)  # the fall: within what follows the warm-up
         return max(0.0, min(rise, self.peak, self.peak * (1.0 - done) / span))
 
     def describe(self, minutes: float | None) -> str:
@@ -143,16 +146,16 @@ class Plan:
                 f"falls linearly to 0 over the last {self.fall:.0%} of the budget")
 
 
-def plan_schedule(
-    updates: int, warmup_steps: int, peak: float, start: int = 0, rate: float = 0.0
-) -> Plan:
-    """The plan, after update `start` (made at `rate`), of a run projected to hold
-    `updates` updates; its warm-up: WARMUP_SHARE of them, at most warmup_steps, and
-    at least twice `start`."""
+def plan_schedule(updates: int, warmup_steps: int, peak: float, start: int = 0,
+                  rate: float = 0.0, first: int = 0) -> Plan:
+    """The plan, after update `start` (made at `rate`), of a run from update `first`
+    projected to end at update `updates`; its warm-up: WARMUP_SHARE of its updates, at
+    most warmup_steps, and at least twice those before `start`."""
     updates = max(updates, start + 2)  # one update of warm-up at least, one of fall
-    warmup = min(warmup_steps, round(WARMUP_SHARE * updates))
-    warmup = max(warmup, 2 * start)  # a ramp on from where it is, never a jump
-    return Plan(updates, min(max(warmup, 1), updates - 1), peak, start, rate)
+    ramp = min(warmup_steps, round(WARMUP_SHARE * (updates - first)))
+    ramp = max(ramp, 2 * (start - first))  # a ramp on from where it is, never a jump
+    warmup = min(max(first + ramp, first + 1), updates - 1)
+    return Plan(updates, warmup, peak, start, rate, first=first)
 
 
 PLAN_UPDATES = (10, 30)  # a run of minutes measures its rate between these updates
@@ -172,8 +175,9 @@ class Planner:
 
     def rate(self, update: int, done: float, paper: float) -> float:
         """The rate of update number `update`: the paper's (`paper`), or the plan's."""
-        if self.plan is None:
-            return paper * cooldown_factor(done, self.config.cooldown)
+        if self.plan is None:  # a planned run never above its peak (one resumed)
+            paper *= cooldown_factor(done, self.config.cooldown)
+            return min(paper, self.peak) if self.config.planned else paper
         return self.plan.rate(update, done)
 
     def measure(self, step: int, rate: float) -> Plan | None:
@@ -196,7 +200,7 @@ class Planner:
         if self.config.max_steps is not None:
             updates = min(updates, self.config.max_steps)
         warmup = self.config.warmup_steps
-        self.plan = plan_schedule(updates, warmup, self.peak, step, rate)
+        self.plan = plan_schedule(updates, warmup, self.peak, step, rate, self.first)
         return self.plan
 
 

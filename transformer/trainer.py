@@ -151,7 +151,8 @@ class TrainingConfig:
             )
         if self.schedule == "planned" and self.cooldown:
             raise ValueError(
-                "a planned schedule falls to 0 at the end by itself: give schedule="
+                "a planned schedule (a run of max_minutes alone has one by "
+                "default) falls to 0 at the end by itself: give schedule="
                 f"'planned' or a cooldown, not both (got cooldown={self.cooldown})"
             )
         check_precision(self.precision)
