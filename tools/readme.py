@@ -101,6 +101,9 @@ def _cli_row(names: list[str], task: str, metric: str = "tokenized_bleu") -> str
     updates = _and(f"{run['steps']:,}" for run in seeds.values())
     scores = _and(f"{b:.2f}" for b in tests)
     records = _and(f"`{name}`" for name in names)
+    if any("--schedule" in run["train"] or run.get("schedule", "the paper's") != "the paper's"
+           for run in seeds.values()):
+        raise SystemExit(f"{names}: not runs of the default schedule then, the paper's")
     return (  # runs of minutes alone plan by default now (`--schedule paper` repeats these)
         f"| {task} | `train {options} {minutes}` then `evaluate` (the paper's schedule, the default "
         "then, `--schedule paper` now; final model: the average of the last checkpoints, beam 4); "
@@ -210,6 +213,11 @@ COMPARED = [TEN_MINUTES[3:5], TEN_MINUTES[5:7]]  # (the paper's, the plan at 0.7
 STEP_BUDGET = ["multi30k_en_de_675steps_fp32_paper.json", "multi30k_en_de_675steps_fp32_planned.json"]
 
 
+def _val_span(record: dict) -> float:
+    """How far the record's seeds spread on the validation split (max - min sacreBLEU)."""
+    return record["spread"]["val_bleu"]["max"] - record["spread"]["val_bleu"]["min"]
+
+
 def _schedule(run: dict) -> str:
     """The run's schedule as its log says it (runs logged before that line had only the
     paper's)."""
@@ -266,7 +274,7 @@ def ten_minutes() -> str:
         if paper["git"] != plan["git"] or len(paper["seeds"]) != 3 or paper["seeds"].keys() != plan["seeds"].keys():
             raise SystemExit(f"{names}: not three seeds a side at one commit")
         medians = [round(r["spread"]["val_bleu"]["median"], 2) for r in (plan, paper)]  # as printed
-        spans = [r["spread"]["val_bleu"]["max"] - r["spread"]["val_bleu"]["min"] for r in (paper, plan)]
+        spans = [_val_span(r) for r in (paper, plan)]
         if not abs(medians[0] - medians[1]) < min(spans):
             raise SystemExit(f"{names}: the validation medians differ by more than the seeds' spread")
         if not all(run["steps"] > warmup for r in (paper, plan) for run in r["seeds"].values()):
@@ -306,7 +314,7 @@ def step_budget(updates: int) -> str:
         raise SystemExit(f"{STEP_BUDGET}: not the paper's schedule against the plan at --lr-scale 1.8")
     gain = {split: round(plan["spread"][f"{split}_bleu"]["median"], 2)  # as printed
             - round(paper["spread"][f"{split}_bleu"]["median"], 2) for split in ("val", "test")}
-    spans = [r["spread"]["val_bleu"]["max"] - r["spread"]["val_bleu"]["min"] for r in (paper, plan)]
+    spans = [_val_span(r) for r in (paper, plan)]
     margins = [plan["seeds"][seed]["val"]["bleu"] - run["val"]["bleu"] for seed, run in paper["seeds"].items()]
     paired = statistics.median(margins)  # seed by seed
     if not 0 < paired < min(spans) or not gain["val"] > 0 or not gain["test"] > 0:
