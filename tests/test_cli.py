@@ -297,6 +297,17 @@ def test_train_plans_the_schedule_of_a_run_of_minutes_alone(tmp_path, tiny_corpu
     assert [config.schedule for config in configs] == ["planned", "paper", "paper", "paper"]
 
 
+def test_train_fits_the_tiny_presets_batch_to_a_budget_of_minutes_unless_one_is_given(tmp_path, tiny_corpus, capsys):
+    """Ten seconds hold far fewer than 2,500 updates of the tiny preset: its 4,096 tokens halved,
+    and said; a batch given by name is kept, and nothing is said."""
+    for i, more in enumerate([[], ["--max-tokens", "4096"]]):
+        assert main(["train", "--data", str(tiny_corpus), "--vocab-size", "60", "--max-minutes", "0.01",
+                     "--precision", "fp32", *more, "--out", str(tmp_path / f"run{i}")]) == 0
+        said = capsys.readouterr().out
+        halved = "batch halved, 2,048 tokens an update: one of 4,096 took "
+        assert (halved in said) == (not more) and ("batch kept" in said) is False, said
+
+
 def test_a_cooled_down_run_ends_on_its_newest_checkpoint_unless_told_to_average(tiny_corpus, tmp_path, capsys):
     newest = "checkpoint-00000003.pt (averaging is off)"
     for i, (how, more, final) in enumerate([

@@ -9,11 +9,13 @@ import pytest
 import torch
 
 from transformer.runs import (
+    FEW_UPDATES,
     Clock,
     LossWindow,
     append_metrics,
     cooldown_factor,
     deferred_signals,
+    fitted_max_tokens,
     forget_metrics_after,
     plan_schedule,
     run_log,
@@ -151,3 +153,14 @@ def test_deferred_signals_can_be_off():
     with deferred_signals(enabled=False) as received:
         assert signal.getsignal(signal.SIGTERM) is signal.SIG_DFL
     assert received == []
+
+
+def test_a_budget_of_few_updates_halves_the_batch_as_worked_by_hand():
+    """600 s / 0.9 s = 666 updates of 4,096 tokens: under the line, 2,048. 3,600 s / 0.4 s =
+    9,000: kept. A budget of exactly FEW_UPDATES is not under it."""
+    assert FEW_UPDATES == 2500
+    assert fitted_max_tokens(4096, 0.9, 10) == (2048, 666)
+    assert fitted_max_tokens(4096, 0.4, 60) == (4096, 9000)
+    assert fitted_max_tokens(4096, 0.24, 10) == (4096, 2500)
+    assert fitted_max_tokens(4096, 0.2401, 10) == (2048, 2498)
+    assert fitted_max_tokens(4097, 10.0, 1) == (2048, 6), "the floor of an odd batch's half"

@@ -27,6 +27,7 @@ from transformer import (
     evaluate,
 )
 from transformer._book import train_once
+from transformer.runs import FEW_UPDATES, Clock
 from transformer.trainer import (
     check_vocabulary,
     compile_options,
@@ -242,6 +243,81 @@ def test_a_run_that_names_no_schedule_plans_one_for_minutes_alone():
     assert TrainingConfig.preset("tiny", text=True, cuda=True).schedule == "paper"
     with pytest.raises(ValueError, match=r"schedule must be one of \('paper', 'planned'\); got ''"):
         TrainingConfig(max_minutes=10, schedule="")
+
+
+def _fitting(corpus, out, **overrides):
+    """A planned run of minutes alone that fits its batch, and its decision."""
+    settings = dict(max_steps=None, max_minutes=0.01, max_tokens=120, fit_batch=True) | overrides
+    config = _config(corpus, **settings)
+    trainer = Trainer.from_config(TINY, config, out)
+    return trainer, trainer.fit_batch(Clock(trainer.config, 1, trainer.device))
+
+
+def _steps(trainer, n):
+    losses = [trainer.train_step() for _ in range(n)]
+    return [(loss.item(), tokens) for loss, tokens in losses], trainer.model.state_dict()
+
+
+def test_a_budget_of_few_updates_halves_the_batch_and_trains_as_that_batch_given_by_name(tiny_corpus, tmp_path):
+    """Oracle: a run given the half batch by name, update by update: the timing leaves no trace
+    (weights, optimizer, dropout's random numbers, the batches' position)."""
+    fitted, decision = _fitting(tiny_corpus, tmp_path / "fitted")
+    assert decision["max_tokens"] == 60 and decision["updates"] < FEW_UPDATES, decision
+    assert decision["text"].startswith("batch halved, 60 tokens an update: one of 120 took ")
+    assert decision["text"].endswith(f" in 0.01 min (under {FEW_UPDATES:,})")
+    assert fitted.config.max_tokens == 60 and fitted.batches.sampler.max_tokens == 60
+    assert all(p.grad is None for p in fitted.model.parameters()) and not fitted.optimizer.state
+    fitted_steps, fitted_weights = _steps(fitted, 4)
+    given = Trainer.from_config(TINY, _config(tiny_corpus, max_steps=None, max_minutes=0.01, max_tokens=60),
+                                tmp_path / "given")
+    given_steps, given_weights = _steps(given, 4)
+    assert fitted_steps == given_steps
+    for name, weights in given_weights.items():
+        assert torch.equal(fitted_weights[name], weights), name
+
+
+def test_a_budget_of_many_updates_or_a_half_too_small_keeps_the_batch(tiny_corpus, tmp_path):
+    trainer, decision = _fitting(tiny_corpus, tmp_path / "many", max_minutes=1e6)
+    assert decision["max_tokens"] == 120 and decision["updates"] >= FEW_UPDATES
+    assert decision["text"].startswith("batch kept, 120 tokens an update: one of 120 took ")
+    assert decision["text"].endswith(f" in 1e+06 min ({FEW_UPDATES:,} or more)")
+    assert trainer.config.max_tokens == trainer.batches.sampler.max_tokens == 120
+    longest = int(trainer.data.train.lengths().max())
+    trainer, decision = _fitting(tiny_corpus, tmp_path / "long", max_tokens=2 * longest - 1)
+    assert decision["max_tokens"] == 2 * longest - 1, "half of it holds not the longest pair"
+    assert decision["text"].endswith(f"(under {FEW_UPDATES:,}, but half holds not the longest pair)")
+    assert trainer.batches.sampler.max_tokens == 2 * longest - 1
+
+
+def test_only_a_planned_run_of_minutes_alone_at_its_start_fits_its_batch(tiny_corpus, tmp_path):
+    for i, overrides in enumerate([dict(fit_batch=False), dict(schedule="paper"),
+                                   dict(max_steps=5, schedule="planned"), dict(max_steps=5)]):
+        trainer, decision = _fitting(tiny_corpus, tmp_path / f"run{i}", **overrides)
+        assert decision is None and trainer.config.max_tokens == 120, overrides
+    trainer, _ = _fitting(tiny_corpus, tmp_path / "later", fit_batch=False)
+    trainer.train_step()
+    trainer.config = replace(trainer.config, fit_batch=True)
+    assert trainer.fit_batch(Clock(trainer.config, 1, trainer.device)) is None, "after its first update"
+
+
+def test_the_tiny_preset_fits_its_batch_unless_the_batch_is_given():
+    assert TrainingConfig.preset("tiny", text=True, max_minutes=10).fit_batch
+    assert not TrainingConfig.preset("tiny", text=True, max_minutes=10, max_tokens=4096).fit_batch
+    assert not TrainingConfig.preset("small", text=True, max_minutes=10).fit_batch
+    assert not TrainingConfig(max_minutes=10).fit_batch
+    with pytest.raises(ValueError, match="fit_batch must be True or False; got 'yes'"):
+        TrainingConfig(max_minutes=10, fit_batch="yes")
+
+
+def test_a_fitted_run_says_its_batch_in_its_log_before_its_first_update(tiny_corpus, tmp_path, capsys):
+    config = _config(tiny_corpus, max_steps=None, max_minutes=0.005, max_tokens=120, fit_batch=True,
+                     eval_every=10**6)
+    Trainer.from_config(TINY, config, tmp_path / "run").fit(progress=True)
+    logged = [json.loads(line) for line in (tmp_path / "run" / "metrics.jsonl").read_text().splitlines()]
+    assert "batch" in logged[0] and logged[0]["step"] == 0
+    assert logged[0]["batch"]["text"] in capsys.readouterr().out
+    checkpoint = load_checkpoint(sorted((tmp_path / "run").glob("checkpoint-*.pt"))[-1])
+    assert checkpoint["training_config"]["max_tokens"] == 60, "a resumed run keeps the fitted batch"
 
 
 def test_bad_training_configs_raise():

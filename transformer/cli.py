@@ -30,6 +30,7 @@ from transformer.deploy import export_onnx
 from transformer.devices import pick_device
 from transformer.evaluation import evaluate
 from transformer.model import PRESETS, TransformerConfig
+from transformer.runs import FEW_UPDATES
 from transformer.tokenizer import lowercases
 from transformer.trainer import (
     GPU_TEXT_STEPS,
@@ -200,7 +201,8 @@ def _add_schedule_options(group: argparse._ArgumentGroup) -> None:
         "--max-tokens",
         type=_number(int),
         help="tokens per update and side, over all processes and accumulated batches "
-        "(paper: 25000)",
+        "(paper: 25000; the preset's by default, which tiny halves for a run of "
+        f"minutes whose budget holds fewer than {FEW_UPDATES:,} updates of it)",
     )
     group.add_argument(
         "--accumulate",

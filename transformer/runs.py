@@ -204,6 +204,18 @@ class Planner:
         return self.plan
 
 
+FEW_UPDATES = 2500  # a budget of fewer updates at the preset's batch trains on half
+
+
+def fitted_max_tokens(max_tokens: int, seconds: float,
+                      minutes: float) -> tuple[int, int]:
+    """The tokens an update of a run of `minutes` whose update of max_tokens takes
+    `seconds`: half of max_tokens when the budget holds fewer than FEW_UPDATES of those
+    updates; and how many it holds."""
+    updates = int(60 * minutes / seconds)
+    return (max_tokens // 2 if updates < FEW_UPDATES else max_tokens), updates
+
+
 class LossWindow:
     """The summed loss and target tokens of the steps since the last read (on the
     device)."""
@@ -251,9 +263,9 @@ def run_log(
     out: Path, total: int | None, initial: int, rank: int, progress: bool = True
 ) -> Iterator[Callable[[dict | None], None]]:
     """Yields log(record): rank 0 appends the record to out/metrics.jsonl and shows
-    it if it has a training loss or a plan; log(None) counts a step. Shown (on rank
-    0, with progress) as a tqdm bar on a terminal, as plain lines in a file. After
-    the block the bar is closed, and log only writes."""
+    it if it has a training loss, a plan or a batch; log(None) counts a step. Shown
+    (on rank 0, with progress) as a tqdm bar on a terminal, as plain lines in a file.
+    After the block the bar is closed, and log only writes."""
     show = progress and rank == 0
     plain = show and not sys.stderr.isatty()
     bar = tqdm(total=total, initial=initial, unit="step", disable=not show or plain)
@@ -264,11 +276,13 @@ def run_log(
             return
         if rank == 0:
             append_metrics(out, record)
-        if "plan" in record and plain:
-            print(record["plan"]["text"], flush=True)
-        elif "plan" in record and show:
-            tqdm.write(record["plan"]["text"])
-        if "loss" not in record:  # a validation, a plan, or the final record
+        said = next((record[key]["text"] for key in ("batch", "plan") if key in record),
+                    None)  # a decision of the run: its batch, its plan
+        if said and plain:
+            print(said, flush=True)
+        elif said and show:
+            tqdm.write(said)
+        if "loss" not in record:  # a validation, a decision, or the final record
             return
         if plain:
             print(f"step {record['step']}: loss {record['loss']:.3f}, "
@@ -315,6 +329,7 @@ __all__ = [
     'Plan',
     'plan_schedule',
     'Planner',
+    'fitted_max_tokens',
     'LossWindow',
     'append_metrics',
     'forget_metrics_after',

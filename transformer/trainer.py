@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import contextlib
 import math
+import statistics
+import time
 from collections.abc import Iterator
 from dataclasses import asdict, dataclass, replace
 from pathlib import Path
@@ -40,10 +42,12 @@ from transformer.fast import FastPaths, keep_freed_memory, output_loss
 from transformer.model import Transformer, TransformerConfig
 from transformer.prepared import PreparedData, prepare_data
 from transformer.runs import (
+    FEW_UPDATES,
     Clock,
     LossWindow,
     Planner,
     deferred_signals,
+    fitted_max_tokens,
     forget_metrics_after,
     run_log,
     scaled_rates,
@@ -71,6 +75,9 @@ class TrainingConfig:
     cooldown: the last fraction of the run (of max_steps or max_minutes, whichever
     ends it), over which the rate's multiplier falls linearly from 1 to 0; 0: none.
     schedule: "paper" or "planned" (Runs chapter); None: default_schedule's choice.
+    fit_batch: a planned run of max_minutes alone times an update before its first,
+    and halves max_tokens when its budget holds fewer than FEW_UPDATES of them (Runs
+    chapter, Fitting the batch); the tiny preset's, unless max_tokens is given.
     """
 
     data: str = "numbers"
@@ -101,6 +108,7 @@ class TrainingConfig:
     cache_dir: str | None = None
     split_punctuation: bool = False
     lowercase: bool = False
+    fit_batch: bool = False
 
     def __post_init__(self) -> None:
         if self.schedule is None:
@@ -156,6 +164,8 @@ class TrainingConfig:
                 f"'planned' or a cooldown, not both (got cooldown={self.cooldown})"
             )
         check_precision(self.precision)
+        if not isinstance(self.fit_batch, bool):
+            raise ValueError(f"fit_batch must be True or False; got {self.fit_batch!r}")
 
     @classmethod
     def preset(
@@ -166,6 +176,8 @@ class TrainingConfig:
         settings = {**TRAINING_PRESETS[name], "split_punctuation": text}
         if name == "small":
             settings |= SMALL_DATA["text" if text else "numbers"]
+        if "max_tokens" in given:  # a batch given by name is the run's batch
+            settings.pop("fit_batch", None)
         if given.get("max_steps") is None and given.get("max_minutes") is None:
             if not (text and name == "tiny" and cuda):
                 raise ValueError(
@@ -199,6 +211,7 @@ TRAINING_PRESETS: dict[str, dict] = {
         "warmup_steps": 800,  # Wu et al.: 2000; the rate after step 2000 is theirs
         "lr_scale": 2.53,  # their peak 0.005 = 2.53 * 128^-0.5 * 2000^-0.5
         "keep_checkpoints": 10,
+        "fit_batch": True,  # max_tokens halved for a budget of few updates (Runs)
     },
     "base": {"vocab_size": 37000, "max_tokens": 25000, "warmup_steps": 4000},
     "big": {
@@ -380,13 +393,17 @@ class Trainer:
                                            enabled=self.dtype == torch.float16)
         self.compile = (default_compile(self.device) if config.compile is None
                         else config.compile)
-        pad = config.pad_multiple or default_pad_multiple(self.compile)
-        sampler = rank_sampler(data.train.lengths(), config, self.rank, self.world_size,
-                               pad)
-        self.batches = TrainBatches(data.train, sampler, config.prefetch, self.device)
+        self.batches = self.train_batches(config)
         self.network = data_parallel(self.model, self.device, self.world_size)
         self.forward_loss = self._loss if not self.compile else torch.compile(
             self._loss, options=compile_options(config, self.device, self.world_size))
+
+    def train_batches(self, config: TrainingConfig) -> TrainBatches:
+        """This process's training batches under `config` (its max_tokens)."""
+        pad = config.pad_multiple or default_pad_multiple(self.compile)
+        sampler = rank_sampler(self.data.train.lengths(), config, self.rank,
+                               self.world_size, pad)
+        return TrainBatches(self.data.train, sampler, config.prefetch, self.device)
 
     def fit(self, progress: bool = True) -> dict[str, float]:
         """Train until max_steps, max_minutes or a signal; returns the last metrics.
@@ -403,6 +420,8 @@ class Trainer:
         with holding_folder(self):
             log_to = run_log(self.out, config.max_steps, self.step, self.rank, progress)
             with log_to as log, deferred_signals(self.world_size == 1) as received:
+                if batch := self.fit_batch(clock):
+                    log({"step": self.step, "batch": batch})
                 while not received:
                     stop, checkpoint_due = clock.decide(self.step)
                     if stop:
@@ -434,6 +453,57 @@ class Trainer:
             final = {"step": self.step, "minutes": clock.minutes(), **self.validate()}
             log(final)  # the bar is closed; the record still goes to metrics.jsonl
         return {**metrics, **final}
+
+    def time_update(self, repeats: int = 3) -> float:
+        """Seconds of one update's forward and backward passes on the run's next
+        batches: the median of `repeats`, after one untimed. The weights, the optimizer,
+        the random state and the batches' position are left as they were."""
+        position = self.batches.epoch, self.batches.index
+        batches = [self.batches.next() for _ in range(self.config.accumulate)]
+        self.batches.seek(*position)
+        self.network.train()
+        seconds = []
+        with torch.random.fork_rng([self.device] if self.device.type == "cuda" else []):
+            for _ in range(repeats + 1):
+                start = time.perf_counter()
+                for batch in batches:
+                    loss = self.forward_loss(batch.src, batch.tgt_in, batch.tgt_out,
+                                             batch.segments)
+                    loss.backward()
+                if self.device.type == "cuda":
+                    torch.cuda.synchronize(self.device)
+                seconds.append(time.perf_counter() - start)
+        self.optimizer.zero_grad(set_to_none=True)
+        return statistics.median(seconds[1:])
+
+    def fit_batch(self, clock: Clock) -> dict | None:
+        """Before the first update of a planned run of minutes alone with fit_batch
+        (not compiled): max_tokens halved when its budget holds fewer than FEW_UPDATES
+        updates at it. Returns the decision for the log (None: nothing to decide)."""
+        config = self.config
+        alone = config.planned and config.max_steps is None and config.max_minutes
+        if not (config.fit_batch and alone and self.step == 0) or self.compile:
+            return None
+        seconds = clock.rank0(self.time_update())  # one decision for every replica
+        minutes = config.max_minutes
+        tokens, updates = fitted_max_tokens(config.max_tokens, seconds, minutes)
+        few = tokens < config.max_tokens
+        why = f"under {FEW_UPDATES:,}" if few else f"{FEW_UPDATES:,} or more"
+        if few:
+            try:
+                batches = self.train_batches(replace(config, max_tokens=tokens))
+            except ValueError:  # the half holds not the longest pair
+                tokens = config.max_tokens
+                why += ", but half holds not the longest pair"
+            else:
+                self.batches.close()
+                self.batches, self.config = batches, replace(config, max_tokens=tokens)
+        verdict = "halved" if tokens < config.max_tokens else "kept"
+        text = (f"batch {verdict}, {tokens:,} tokens an update: one of "
+                f"{config.max_tokens:,} took {seconds:.2f} s, about {updates:,} in "
+                f"{minutes:g} min ({why})")
+        return {"max_tokens": tokens, "seconds": seconds, "updates": updates,
+                "text": text}
 
     @classmethod
     def from_config(
