@@ -266,6 +266,7 @@ def test_a_budget_of_few_updates_halves_the_batch_and_trains_as_that_batch_given
     assert decision["text"].startswith("batch halved, 60 tokens an update: one of 120 took ")
     assert decision["text"].endswith(f" in 0.01 min (under {FEW_UPDATES:,})")
     assert fitted.config.max_tokens == 60 and fitted.batches.sampler.max_tokens == 60
+    assert fitted.config.fit_batch is False, "decided once"
     assert all(p.grad is None for p in fitted.model.parameters()) and not fitted.optimizer.state
     fitted_steps, fitted_weights = _steps(fitted, 4)
     given = Trainer.from_config(TINY, _config(tiny_corpus, max_steps=None, max_minutes=0.01, max_tokens=60),
@@ -277,15 +278,24 @@ def test_a_budget_of_few_updates_halves_the_batch_and_trains_as_that_batch_given
 
 
 def test_a_budget_of_many_updates_or_a_half_too_small_keeps_the_batch(tiny_corpus, tmp_path):
+    """Oracle for the batch kept: a run never timed, update by update (the timing's batch is
+    trained again, not skipped)."""
     trainer, decision = _fitting(tiny_corpus, tmp_path / "many", max_minutes=1e6)
     assert decision["max_tokens"] == 120 and decision["updates"] >= FEW_UPDATES
     assert decision["text"].startswith("batch kept, 120 tokens an update: one of 120 took ")
     assert decision["text"].endswith(f" in 1e+06 min ({FEW_UPDATES:,} or more)")
     assert trainer.config.max_tokens == trainer.batches.sampler.max_tokens == 120
+    kept_steps, kept_weights = _steps(trainer, 3)
+    untimed = Trainer.from_config(TINY, _config(tiny_corpus, max_steps=None, max_minutes=1e6, max_tokens=120),
+                                  tmp_path / "untimed")
+    untimed_steps, untimed_weights = _steps(untimed, 3)
+    assert kept_steps == untimed_steps
+    for name, weights in untimed_weights.items():
+        assert torch.equal(kept_weights[name], weights), name
     longest = int(trainer.data.train.lengths().max())
     trainer, decision = _fitting(tiny_corpus, tmp_path / "long", max_tokens=2 * longest - 1)
     assert decision["max_tokens"] == 2 * longest - 1, "half of it holds not the longest pair"
-    assert decision["text"].endswith(f"(under {FEW_UPDATES:,}, but half holds not the longest pair)")
+    assert decision["text"].endswith(f"(under {FEW_UPDATES:,}, but half the batch is too small for this data)")
     assert trainer.batches.sampler.max_tokens == 2 * longest - 1
 
 
@@ -318,6 +328,16 @@ def test_a_fitted_run_says_its_batch_in_its_log_before_its_first_update(tiny_cor
     assert logged[0]["batch"]["text"] in capsys.readouterr().out
     checkpoint = load_checkpoint(sorted((tmp_path / "run").glob("checkpoint-*.pt"))[-1])
     assert checkpoint["training_config"]["max_tokens"] == 60, "a resumed run keeps the fitted batch"
+
+
+def test_a_fitted_run_resumed_from_its_checkpoint_of_step_0_keeps_its_batch(tiny_corpus, tmp_path):
+    """A signal during the timing leaves a checkpoint of step 0: resumed, the run is not fitted
+    again (a second timing at the half would halve it again)."""
+    fitted, decision = _fitting(tiny_corpus, tmp_path / "run")
+    assert decision["max_tokens"] == 60
+    resumed = Trainer.resume(fitted.save())
+    assert resumed.step == 0 and resumed.config.max_tokens == resumed.batches.sampler.max_tokens == 60
+    assert resumed.fit_batch(Clock(resumed.config, 1, resumed.device)) is None
 
 
 def test_bad_training_configs_raise():

@@ -211,7 +211,8 @@ def fitted_max_tokens(max_tokens: int, seconds: float,
                       minutes: float) -> tuple[int, int]:
     """The tokens an update of a run of `minutes` whose update of max_tokens takes
     `seconds`: half of max_tokens when the budget holds fewer than FEW_UPDATES of those
-    updates; and how many it holds."""
+    updates (a short run stays where the critical batch is small, so the updates that
+    half buys are worth more than its tokens); and how many it holds."""
     updates = int(60 * minutes / seconds)
     return (max_tokens // 2 if updates < FEW_UPDATES else max_tokens), updates
 

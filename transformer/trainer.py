@@ -75,9 +75,10 @@ class TrainingConfig:
     cooldown: the last fraction of the run (of max_steps or max_minutes, whichever
     ends it), over which the rate's multiplier falls linearly from 1 to 0; 0: none.
     schedule: "paper" or "planned" (Runs chapter); None: default_schedule's choice.
-    fit_batch: a planned run of max_minutes alone times an update before its first,
-    and halves max_tokens when its budget holds fewer than FEW_UPDATES of them (Runs
-    chapter, Fitting the batch); the tiny preset's, unless max_tokens is given.
+    fit_batch: a planned run of max_minutes alone, not compiled, times an update
+    before its first and halves max_tokens when its budget holds fewer than
+    FEW_UPDATES of them (Runs chapter, Fitting the batch), then sets fit_batch False:
+    decided once a run. The tiny preset's, unless max_tokens is given.
     """
 
     data: str = "numbers"
@@ -462,16 +463,17 @@ class Trainer:
         batches = [self.batches.next() for _ in range(self.config.accumulate)]
         self.batches.seek(*position)
         self.network.train()
-        seconds = []
-        with torch.random.fork_rng([self.device] if self.device.type == "cuda" else []):
+        seconds, accelerator = [], self.device.type != "cpu"
+        devices = [self.device] if accelerator else []  # the CPU's generator: always
+        with torch.random.fork_rng(devices, device_type=self.device.type):
             for _ in range(repeats + 1):
                 start = time.perf_counter()
                 for batch in batches:
                     loss = self.forward_loss(batch.src, batch.tgt_in, batch.tgt_out,
                                              batch.segments)
                     loss.backward()
-                if self.device.type == "cuda":
-                    torch.cuda.synchronize(self.device)
+                if accelerator:
+                    torch.accelerator.synchronize(self.device)
                 seconds.append(time.perf_counter() - start)
         self.optimizer.zero_grad(set_to_none=True)
         return statistics.median(seconds[1:])
@@ -492,12 +494,14 @@ class Trainer:
         if few:
             try:
                 batches = self.train_batches(replace(config, max_tokens=tokens))
-            except ValueError:  # the half holds not the longest pair
+            except ValueError:  # the half holds not the longest pair, or no packed row
                 tokens = config.max_tokens
-                why += ", but half holds not the longest pair"
+                why += ", but half the batch is too small for this data"
             else:
                 self.batches.close()
-                self.batches, self.config = batches, replace(config, max_tokens=tokens)
+                self.batches = batches
+        # decided once: a run resumed, even from a checkpoint of step 0, keeps this batch
+        self.config = replace(config, max_tokens=tokens, fit_batch=False)
         verdict = "halved" if tokens < config.max_tokens else "kept"
         text = (f"batch {verdict}, {tokens:,} tokens an update: one of "
                 f"{config.max_tokens:,} took {seconds:.2f} s, about {updates:,} in "
