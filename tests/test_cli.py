@@ -298,7 +298,7 @@ def test_train_plans_the_schedule_of_a_run_of_minutes_alone(tmp_path, tiny_corpu
 
 
 def test_train_fits_the_tiny_presets_batch_to_a_budget_of_minutes_unless_one_is_given(tmp_path, tiny_corpus, capsys):
-    """Ten seconds hold far fewer than 2,500 updates of the tiny preset: its 4,096 tokens halved,
+    """A budget of 0.01 min holds far fewer than FEW_UPDATES updates of the tiny preset: its 4,096 tokens halved,
     and said; a batch given by name is kept, and nothing is said."""
     for i, more in enumerate([[], ["--max-tokens", "4096"]]):
         assert main(["train", "--data", str(tiny_corpus), "--vocab-size", "60", "--max-minutes", "0.01",

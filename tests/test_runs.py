@@ -157,10 +157,10 @@ def test_deferred_signals_can_be_off():
 
 def test_a_budget_of_few_updates_halves_the_batch_as_worked_by_hand():
     """600 s / 0.9 s = 666 updates of 4,096 tokens: under the line, 2,048. 3,600 s / 0.4 s =
-    9,000: kept. A budget of exactly FEW_UPDATES is not under it."""
-    assert FEW_UPDATES == 2500
+    9,000: kept. 600 s / 0.5 s = 1,200, exactly FEW_UPDATES: not under it."""
+    assert FEW_UPDATES == 1200
     assert fitted_max_tokens(4096, 0.9, 10) == (2048, 666)
     assert fitted_max_tokens(4096, 0.4, 60) == (4096, 9000)
-    assert fitted_max_tokens(4096, 0.24, 10) == (4096, 2500)
-    assert fitted_max_tokens(4096, 0.2401, 10) == (2048, 2498)
+    assert fitted_max_tokens(4096, 0.5, 10) == (4096, 1200)
+    assert fitted_max_tokens(4096, 0.5001, 10) == (2048, 1199)
     assert fitted_max_tokens(4097, 10.0, 1) == (2048, 6), "the floor of an odd batch's half"

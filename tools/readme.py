@@ -184,6 +184,7 @@ def other_cpu() -> str:
     runs = _record(CLI_RUNS[0][0][0])["seeds"].values()  # its 10-minute command
     ten = statistics.median(run["steps"] for run in runs)
     named = [_record(name)["spread"] for name in TEN_MINUTES]
+    same_batch = [_record(name)["spread"] for name in TEN_MINUTES if name not in HALVED[1:]]
     if not statistics.median(run["test"]["bleu"] for run in runs) > max(
             spread["test_bleu"]["median"] for spread in named):
         raise SystemExit("the records' CPU no longer scores above every CPU named below")
@@ -191,8 +192,8 @@ def other_cpu() -> str:
         f"The records do not name its model (they predate that field), but its bf16 is native: "
         f"the `tiny` step ran {bf16 / fp32:.1f}x as fast in bf16 as in fp32 "
         f"(`trainer_step_cpu_tiny.json`). In ten minutes it made "
-        f"{ten / max(spread['steps']['median'] for spread in named):.1f}x the updates of the "
-        "fastest CPU named below, and scored above each (medians)."
+        f"{ten / max(spread['steps']['median'] for spread in same_batch):.1f}x the updates of the "
+        "fastest CPU named below at the same batch, and scored above each (medians)."
     )
 
 
@@ -206,8 +207,14 @@ TEN_MINUTES = [
     "multi30k_en_de_10min_cli_xeon_planned.json",
     "multi30k_en_de_10min_cli_zen4_paper.json",
     "multi30k_en_de_10min_cli_zen4_planned.json",
+    "multi30k_en_de_10min_cli_zen4_4096.json",
+    "multi30k_en_de_10min_cli_zen4_2048.json",
 ]
 COMPARED = [TEN_MINUTES[3:5], TEN_MINUTES[5:7]]  # (the paper's, the plan at 0.7 of the peak)
+# Half the batch against the preset's, the default plan, three seeds each, in turn: ten minutes
+# on the Zen 4, and the family-25 model-1 EPYC's budget at 2,048 tokens as a step budget in fp32
+HALVED = TEN_MINUTES[7:9]
+HALVED_STEPS = "multi30k_en_de_1275steps_fp32_2048.json"
 # The family-25 model-1 EPYC's updates in ten minutes, as a step budget in fp32, on another CPU:
 # the paper's schedule and the plan at 0.7 of the peak, three seeds each, in turn
 STEP_BUDGET = ["multi30k_en_de_675steps_fp32_paper.json", "multi30k_en_de_675steps_fp32_planned.json"]
@@ -236,6 +243,17 @@ def _trains_in(run: dict) -> str:
     return {"bfloat16": "bf16"}.get(precision[1], precision[1]) if precision else "not logged"
 
 
+def _tokens(run: dict) -> str:
+    """Tokens an update: the run's --max-tokens, else the tiny preset's (these runs predate
+    fitting the batch to the budget)."""
+    from transformer.trainer import TRAINING_PRESETS  # imports torch: only here
+
+    if "batch" in run:
+        raise SystemExit(f"{run['train']}: fitted its batch; this table predates that")
+    given = re.search(r"--max-tokens (\d+)", run["train"])
+    return f"{int(given[1]) if given else TRAINING_PRESETS['tiny']['max_tokens']:,}"
+
+
 def _ten_minutes_row(name: str) -> str:
     record = _record(name)
     seeds = sorted(record["seeds"], key=int)
@@ -249,6 +267,7 @@ def _ten_minutes_row(name: str) -> str:
     return (
         f"| {record['machine'].removesuffix(', 2 threads')} "
         f"| {_and(sorted(set(map(_trains_in, runs))))} | {_and(sorted(set(map(_schedule, runs))))} "
+        f"| {_and(sorted(set(map(_tokens, runs))))} "
         f"| {', '.join(seeds)} | {' / '.join(format(r['steps'], ',') for r in runs)} "
         f"| {bleu('val')} | {bleu('test')} | `{name}`, {record['git']['commit'][:7]} |"
     )
@@ -263,8 +282,9 @@ def ten_minutes() -> str:
     warmup = tiny["warmup_steps"]
     if round(1.8 / tiny["lr_scale"], 1) != 0.7:
         raise SystemExit(f"--lr-scale 1.8 is not 0.7 of the preset's {tiny['lr_scale']}, as the README says")
-    header = ["| CPU | trains in | schedule | seeds | updates | validation sacreBLEU "
-              "| test2016 sacreBLEU | record, commit |", "|---|---|---|---|---|---|---|---|"]
+    header = ["| CPU | trains in | schedule | tokens an update | seeds | updates "
+              "| validation sacreBLEU | test2016 sacreBLEU | record, commit |",
+              "|---|---|---|---|---|---|---|---|---|"]
     moved = []
     for names in COMPARED:
         paper, plan = (_record(name) for name in names)
@@ -293,7 +313,8 @@ def ten_minutes() -> str:
         "than either schedule's spread over seeds. On the family-25 model-1 EPYC, where they do not, the "
         f"plan at the preset's peak scored lower with seed 0. {step_budget(paper['steps'])} So the "
         "plan at 0.7 of the peak lost by more than the seeds move the score nowhere it ran, and a run of "
-        "`--max-minutes` alone now plans its schedule by default (`--schedule paper` keeps the paper's)."
+        "`--max-minutes` alone now plans its schedule by default (`--schedule paper` keeps the paper's). "
+        + half_batch(paper["steps"])
     )
 
 
@@ -328,6 +349,57 @@ def step_budget(updates: int) -> str:
         f"the plan at 0.7 of the peak scored above the paper's schedule on validation in {ahead} of the "
         f"3 seeds, by a median of {paired:+.2f} seed by seed (inside either schedule's spread over "
         f"seeds) and {gain['val']:+.2f} between the two medians; test2016's medians: {gain['test']:+.2f}."
+    )
+
+
+def half_batch(updates: int) -> str:
+    """Half the batch against the preset's, under the default plan, in ten minutes on the Zen 4
+    and in the family-25 model-1 EPYC's budget (its `updates` at 4,096 tokens, against its
+    updates at 2,048, each a step budget in fp32), each part checked against the records."""
+    from transformer.runs import FEW_UPDATES  # imports torch: only here
+
+    full, half = (_record(name) for name in HALVED)
+    steps_full, steps_half = _record(STEP_BUDGET[1]), _record(HALVED_STEPS)
+    if full["git"] != half["git"] or len(full["seeds"]) != 3 or full["seeds"].keys() != half["seeds"].keys():
+        raise SystemExit(f"{HALVED}: not three seeds a side at one commit")
+    if not all(_tokens(run) == "2,048" for record in (half, steps_half) for run in record["seeds"].values()):
+        raise SystemExit(f"{HALVED[1]}, {HALVED_STEPS}: not 2,048 tokens an update")
+    if steps_half["seeds"].keys() != steps_full["seeds"].keys() or not all(
+            f"--max-steps {run['steps']} --max-tokens 2048 --precision fp32" in run["train"]
+            for run in steps_half["seeds"].values()):
+        raise SystemExit(f"{HALVED_STEPS}: not a step budget in fp32 at 2,048 tokens, seed for seed")
+
+    def compared(a: dict, b: dict) -> tuple[str, float, dict]:
+        """b against a on validation seed by seed, their median, and the medians' gains."""
+        margins = [b["seeds"][seed]["val"]["bleu"] - run["val"]["bleu"] for seed, run in a["seeds"].items()]
+        gain = {split: round(b["spread"][f"{split}_bleu"]["median"], 2)  # as printed
+                - round(a["spread"][f"{split}_bleu"]["median"], 2) for split in ("val", "test")}
+        return " / ".join(f"{m:+.2f}" for m in margins), statistics.median(margins), gain
+
+    zen4, steps = compared(full, half), compared(steps_full, steps_half)
+    if not (steps[1] > 0 and steps[2]["val"] > 0):
+        raise SystemExit(f"{HALVED_STEPS}: half the batch not above the preset's on validation")
+    if not abs(zen4[1]) < min(_val_span(full), _val_span(half)):
+        raise SystemExit(f"{HALVED}: half the batch moved the Zen 4 by more than its seeds do")
+    made = [record["spread"]["steps"]["median"] for record in (full, half)]
+    at_preset = [[run["steps"] for name in names for run in _record(name)["seeds"].values()
+                  if _tokens(run) == "4,096"] for names in (TEN_MINUTES[:3], TEN_MINUTES[3:])]
+    hour = _record("multi30k_en_de_60min_cli_zen4_planned.json")["seeds"]["0"]["steps"]
+    if not max(at_preset[0]) < FEW_UPDATES < min(at_preset[1]):
+        raise SystemExit(f"FEW_UPDATES ({FEW_UPDATES}) not between the slow CPUs' ten minutes and the others'")
+    return (
+        f"Half the batch (2,048 tokens), under the default plan, three seeds a side: in the family-25 "
+        f"model-1 EPYC's budget, {steps_half['spread']['steps']['median']:,.0f} updates of 2,048 (what that "
+        f"EPYC made in ten minutes at that batch) against its {updates:,} of 4,096, each a step budget in "
+        f"fp32, scored {steps[0]} on validation seed by seed (median {steps[1]:+.2f}; the medians "
+        f"{steps[2]['val']:+.2f}, test2016's {steps[2]['test']:+.2f}; `{HALVED_STEPS}`). In ten minutes on "
+        f"the Zen 4, where 2,048 tokens made {made[1]:,.0f} updates (median) and 4,096 made {made[0]:,.0f}, "
+        f"it scored {zen4[0]} (median {zen4[1]:+.2f}, inside either batch's spread over seeds; test2016's "
+        f"medians {zen4[2]['test']:+.2f}). So a run of `--max-minutes` alone of the `tiny` preset now times "
+        f"one update before its first and halves its batch when the budget holds fewer than "
+        f"{FEW_UPDATES:,} of them: ten minutes on the two EPYCs without native bf16 ({_and(sorted(set(f'{u:,}' for u in at_preset[0])))} "
+        f"updates at 4,096), not on the Xeon or the Zen 4 ({min(at_preset[1]):,} or more) nor the Zen 4's hour "
+        f"({hour:,}); `--max-tokens` names a batch."
     )
 
 

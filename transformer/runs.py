@@ -204,7 +204,7 @@ class Planner:
         return self.plan
 
 
-FEW_UPDATES = 2500  # a budget of fewer updates at the preset's batch trains on half
+FEW_UPDATES = 1200  # a budget of fewer updates at the preset's batch trains on half
 
 
 def fitted_max_tokens(max_tokens: int, seconds: float,

@@ -75,10 +75,7 @@ class TrainingConfig:
     cooldown: the last fraction of the run (of max_steps or max_minutes, whichever
     ends it), over which the rate's multiplier falls linearly from 1 to 0; 0: none.
     schedule: "paper" or "planned" (Runs chapter); None: default_schedule's choice.
-    fit_batch: a planned run of max_minutes alone, not compiled, times an update
-    before its first and halves max_tokens when its budget holds fewer than
-    FEW_UPDATES of them (Runs chapter, Fitting the batch), then sets fit_batch False:
-    decided once a run. The tiny preset's, unless max_tokens is given.
+    fit_batch: halve max_tokens for a planned budget of few updates (Trainer.fit_batch).
     """
 
     data: str = "numbers"
@@ -500,7 +497,7 @@ class Trainer:
             else:
                 self.batches.close()
                 self.batches = batches
-        # decided once: a run resumed, even from a checkpoint of step 0, keeps this batch
+        # decided once: a run resumed, even from its checkpoint of step 0, keeps it
         self.config = replace(config, max_tokens=tokens, fit_batch=False)
         verdict = "halved" if tokens < config.max_tokens else "kept"
         text = (f"batch {verdict}, {tokens:,} tokens an update: one of "
