@@ -258,6 +258,17 @@ def _steps(trainer, n):
     return [(loss.item(), tokens) for loss, tokens in losses], trainer.model.state_dict()
 
 
+def _assert_trains_as(trainer, corpus, out, n, **settings):
+    """The next n updates of `trainer` equal, loss by loss and weight by weight, those of a
+    new run of `settings` (minutes alone), never timed."""
+    steps, weights = _steps(trainer, n)
+    oracle = Trainer.from_config(TINY, _config(corpus, max_steps=None, **settings), out)
+    oracle_steps, oracle_weights = _steps(oracle, n)
+    assert steps == oracle_steps
+    for name, expected in oracle_weights.items():
+        assert torch.equal(weights[name], expected), name
+
+
 def test_a_budget_of_few_updates_halves_the_batch_and_trains_as_that_batch_given_by_name(tiny_corpus, tmp_path):
     """Oracle: a run given the half batch by name, update by update: the timing leaves no trace
     (weights, optimizer, dropout's random numbers, the batches' position)."""
@@ -268,13 +279,7 @@ def test_a_budget_of_few_updates_halves_the_batch_and_trains_as_that_batch_given
     assert fitted.config.max_tokens == 60 and fitted.batches.sampler.max_tokens == 60
     assert fitted.config.fit_batch is False, "decided once"
     assert all(p.grad is None for p in fitted.model.parameters()) and not fitted.optimizer.state
-    fitted_steps, fitted_weights = _steps(fitted, 4)
-    given = Trainer.from_config(TINY, _config(tiny_corpus, max_steps=None, max_minutes=0.01, max_tokens=60),
-                                tmp_path / "given")
-    given_steps, given_weights = _steps(given, 4)
-    assert fitted_steps == given_steps
-    for name, weights in given_weights.items():
-        assert torch.equal(fitted_weights[name], weights), name
+    _assert_trains_as(fitted, tiny_corpus, tmp_path / "given", 4, max_minutes=0.01, max_tokens=60)
 
 
 def test_a_budget_of_many_updates_or_a_half_too_small_keeps_the_batch(tiny_corpus, tmp_path):
@@ -285,13 +290,7 @@ def test_a_budget_of_many_updates_or_a_half_too_small_keeps_the_batch(tiny_corpu
     assert decision["text"].startswith("batch kept, 120 tokens an update: one of 120 took ")
     assert decision["text"].endswith(f" in 1e+06 min ({FEW_UPDATES:,} or more)")
     assert trainer.config.max_tokens == trainer.batches.sampler.max_tokens == 120
-    kept_steps, kept_weights = _steps(trainer, 3)
-    untimed = Trainer.from_config(TINY, _config(tiny_corpus, max_steps=None, max_minutes=1e6, max_tokens=120),
-                                  tmp_path / "untimed")
-    untimed_steps, untimed_weights = _steps(untimed, 3)
-    assert kept_steps == untimed_steps
-    for name, weights in untimed_weights.items():
-        assert torch.equal(kept_weights[name], weights), name
+    _assert_trains_as(trainer, tiny_corpus, tmp_path / "untimed", 3, max_minutes=1e6, max_tokens=120)
     longest = int(trainer.data.train.lengths().max())
     trainer, decision = _fitting(tiny_corpus, tmp_path / "long", max_tokens=2 * longest - 1)
     assert decision["max_tokens"] == 2 * longest - 1, "half of it holds not the longest pair"
