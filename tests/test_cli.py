@@ -14,6 +14,7 @@ import torch
 from transformer import cli
 from transformer.checkpoints import load_checkpoint
 from transformer.cli import main
+from transformer.runs import FEW_EPOCHS, FEW_UPDATES
 
 
 def test_python_m_transformer_runs_the_command_line():
@@ -298,14 +299,21 @@ def test_train_plans_the_schedule_of_a_run_of_minutes_alone(tmp_path, tiny_corpu
 
 
 def test_train_fits_the_tiny_presets_batch_to_a_budget_of_minutes_unless_one_is_given(tmp_path, tiny_corpus, capsys):
-    """A budget of 0.01 min holds far fewer than FEW_UPDATES updates of the tiny preset: its 4,096 tokens halved,
-    and said; a batch given by name is kept, and nothing is said."""
-    for i, more in enumerate([[], ["--max-tokens", "4096"]]):
-        assert main(["train", "--data", str(tiny_corpus), "--vocab-size", "60", "--max-minutes", "0.01",
-                     "--precision", "fp32", *more, "--out", str(tmp_path / f"run{i}")]) == 0
+    """A budget of 0.001 min holds far fewer than FEW_UPDATES updates of the tiny preset and FEW_EPOCHS passes over
+    the data: its 4,096 tokens halved and P_drop lowered from 0.3 to 0.1, and said; a P_drop given by name is kept;
+    a batch given by name is kept, and the P_drop still lowered."""
+    for i, (more, batch, dropout) in enumerate([
+            ([], f"halved (under {FEW_UPDATES:,} updates), 2,048", 0.1),
+            (["--dropout", "0.2"], f"halved (under {FEW_UPDATES:,} updates), 2,048", 0.2),
+            (["--max-tokens", "4096"], "as given, 4,096", 0.1)]):
+        out = tmp_path / f"run{i}"
+        assert main(["train", "--data", str(tiny_corpus), "--vocab-size", "60", "--max-minutes", "0.001",
+                     "--precision", "fp32", *more, "--out", str(out)]) == 0
         said = capsys.readouterr().out
-        halved = "batch halved, 2,048 tokens an update: one of 4,096 took "
-        assert (halved in said) == (not more) and ("batch kept" in said) is False, said
+        assert f"batch {batch} tokens an update, P_drop {dropout:g}: one of 4,096 took " in said, said
+        assert f"passes over the data (under {FEW_EPOCHS})" in said
+        checkpoint = load_checkpoint(sorted(out.glob("checkpoint-*.pt"))[-1])
+        assert checkpoint["model_config"]["dropout"] == dropout
 
 
 def test_a_cooled_down_run_ends_on_its_newest_checkpoint_unless_told_to_average(tiny_corpus, tmp_path, capsys):

@@ -4,6 +4,7 @@ import concurrent.futures
 import json
 import math
 import os
+import re
 import signal
 import socket
 import subprocess
@@ -27,7 +28,7 @@ from transformer import (
     evaluate,
 )
 from transformer._book import train_once
-from transformer.runs import FEW_UPDATES, Clock
+from transformer.runs import FEW_EPOCHS, FEW_UPDATES, Clock
 from transformer.trainer import (
     check_vocabulary,
     compile_options,
@@ -245,12 +246,15 @@ def test_a_run_that_names_no_schedule_plans_one_for_minutes_alone():
         TrainingConfig(max_minutes=10, schedule="")
 
 
-def _fitting(corpus, out, **overrides):
-    """A planned run of minutes alone that fits its batch, and its decision."""
+def _fitting(corpus, out, seconds=None, **overrides):
+    """A planned run of minutes alone that fits its batch, and its decision; `seconds`: its update's time as
+    if timed (None: timed), for a decision that must not depend on this machine's speed."""
     settings = dict(max_steps=None, max_minutes=0.01, max_tokens=120, fit_batch=True) | overrides
     config = _config(corpus, **settings)
     trainer = Trainer.from_config(TINY, config, out)
-    return trainer, trainer.fit_batch(Clock(trainer.config, 1, trainer.device))
+    if seconds is not None:
+        trainer.time_update = lambda: seconds
+    return trainer, trainer.fit_to_budget(Clock(trainer.config, 1, trainer.device))
 
 
 def _steps(trainer, n):
@@ -258,11 +262,11 @@ def _steps(trainer, n):
     return [(loss.item(), tokens) for loss, tokens in losses], trainer.model.state_dict()
 
 
-def _assert_trains_as(trainer, corpus, out, n, **settings):
+def _assert_trains_as(trainer, corpus, out, n, model=TINY, **settings):
     """The next n updates of `trainer` equal, loss by loss and weight by weight, those of a
-    new run of `settings` (minutes alone), never timed."""
+    new run of `model` and `settings` (minutes alone), never timed."""
     steps, weights = _steps(trainer, n)
-    oracle = Trainer.from_config(TINY, _config(corpus, max_steps=None, **settings), out)
+    oracle = Trainer.from_config(model, _config(corpus, max_steps=None, **settings), out)
     oracle_steps, oracle_weights = _steps(oracle, n)
     assert steps == oracle_steps
     for name, expected in oracle_weights.items():
@@ -274,27 +278,57 @@ def test_a_budget_of_few_updates_halves_the_batch_and_trains_as_that_batch_given
     (weights, optimizer, dropout's random numbers, the batches' position)."""
     fitted, decision = _fitting(tiny_corpus, tmp_path / "fitted")
     assert decision["max_tokens"] == 60 and decision["updates"] < FEW_UPDATES, decision
-    assert decision["text"].startswith("batch halved, 60 tokens an update: one of 120 took ")
-    assert decision["text"].endswith(f" in 0.01 min (under {FEW_UPDATES:,})")
+    assert decision["text"].startswith(f"batch halved (under {FEW_UPDATES:,} updates), 60 tokens an update, "
+                                       "P_drop 0.1: one of 120 took ")
+    assert re.search(rf" in 0\.01 min, [\d.]+ passes over the data \((under {FEW_EPOCHS}|{FEW_EPOCHS} or more)\)$",
+                     decision["text"]), decision["text"]
     assert fitted.config.max_tokens == 60 and fitted.batches.sampler.max_tokens == 60
     assert fitted.config.fit_batch is False, "decided once"
     assert all(p.grad is None for p in fitted.model.parameters()) and not fitted.optimizer.state
     _assert_trains_as(fitted, tiny_corpus, tmp_path / "given", 4, max_minutes=0.01, max_tokens=60)
 
 
+def test_a_budget_of_few_updates_sets_few_epochs_dropout_and_trains_as_a_model_built_with_it(tiny_corpus, tmp_path):
+    """Oracle: a model built with that P_drop by name, given the half batch, update by update."""
+    fitted, decision = _fitting(tiny_corpus, tmp_path / "fitted", seconds=0.1, few_epochs_dropout=0.3)
+    assert decision["max_tokens"] == 60 and decision["dropout"] == 0.3, decision
+    assert decision["text"].startswith(f"batch halved (under {FEW_UPDATES:,} updates), 60 tokens an update, "
+                                       "P_drop 0.3: one of 120 took ")
+    assert fitted.model.config.dropout == 0.3, "the configuration the checkpoints keep"
+    model = replace(TINY, dropout=0.3)
+    _assert_trains_as(fitted, tiny_corpus, tmp_path / "given", 4, model, max_minutes=0.01, max_tokens=60)
+    resumed = Trainer.resume(fitted.save())
+    assert resumed.model.config.dropout == 0.3 and resumed.config.max_tokens == 60
+    assert resumed.fit_to_budget(Clock(resumed.config, 1, resumed.device)) is None, "decided once"
+
+
+def test_a_batch_given_by_name_is_kept_and_the_dropout_still_fitted(tiny_corpus, tmp_path):
+    """Oracle: a model built with that P_drop by name, on the batch given, update by update."""
+    given, decision = _fitting(tiny_corpus, tmp_path / "given", seconds=0.1, fit_batch=False, few_epochs_dropout=0.3)
+    assert decision["max_tokens"] == 120 and decision["dropout"] == 0.3 and decision["epochs"] < FEW_EPOCHS
+    assert decision["text"].startswith("batch as given, 120 tokens an update, P_drop 0.3: one of 120 took ")
+    model = replace(TINY, dropout=0.3)
+    _assert_trains_as(given, tiny_corpus, tmp_path / "oracle", 3, model, max_minutes=0.01, max_tokens=120)
+
+
 def test_a_budget_of_many_updates_or_a_half_too_small_keeps_the_batch(tiny_corpus, tmp_path):
     """Oracle for the batch kept: a run never timed, update by update (the timing's batch is
     trained again, not skipped)."""
-    trainer, decision = _fitting(tiny_corpus, tmp_path / "many", max_minutes=1e6)
+    trainer, decision = _fitting(tiny_corpus, tmp_path / "many", max_minutes=1e6, few_epochs_dropout=0.3)
     assert decision["max_tokens"] == 120 and decision["updates"] >= FEW_UPDATES
-    assert decision["text"].startswith("batch kept, 120 tokens an update: one of 120 took ")
-    assert decision["text"].endswith(f" in 1e+06 min ({FEW_UPDATES:,} or more)")
+    assert decision["text"].startswith(f"batch kept ({FEW_UPDATES:,} updates or more), 120 tokens an update, "
+                                       "P_drop 0.1: one of 120 took ")
+    assert trainer.model.config.dropout == TINY.dropout, "many passes: the model's P_drop"
+    assert decision["epochs"] >= FEW_EPOCHS and decision["text"].endswith(f"({FEW_EPOCHS} or more)")
     assert trainer.config.max_tokens == trainer.batches.sampler.max_tokens == 120
     _assert_trains_as(trainer, tiny_corpus, tmp_path / "untimed", 3, max_minutes=1e6, max_tokens=120)
     longest = int(trainer.data.train.lengths().max())
-    trainer, decision = _fitting(tiny_corpus, tmp_path / "long", max_tokens=2 * longest - 1)
+    trainer, decision = _fitting(tiny_corpus, tmp_path / "long", seconds=0.1, max_tokens=2 * longest - 1,
+                                 few_epochs_dropout=0.3)
     assert decision["max_tokens"] == 2 * longest - 1, "half of it holds not the longest pair"
-    assert decision["text"].endswith(f"(under {FEW_UPDATES:,}, but half the batch is too small for this data)")
+    assert decision["dropout"] == 0.3, "still a budget of few passes"
+    assert decision["text"].startswith(f"batch kept (under {FEW_UPDATES:,} updates, but half the batch is too "
+                                       f"small for this data), {2 * longest - 1} tokens an update, P_drop 0.3: ")
     assert trainer.batches.sampler.max_tokens == 2 * longest - 1
 
 
@@ -306,7 +340,7 @@ def test_only_a_planned_run_of_minutes_alone_at_its_start_fits_its_batch(tiny_co
     trainer, _ = _fitting(tiny_corpus, tmp_path / "later", fit_batch=False)
     trainer.train_step()
     trainer.config = replace(trainer.config, fit_batch=True)
-    assert trainer.fit_batch(Clock(trainer.config, 1, trainer.device)) is None, "after its first update"
+    assert trainer.fit_to_budget(Clock(trainer.config, 1, trainer.device)) is None, "after its first update"
 
 
 def test_the_tiny_preset_fits_its_batch_unless_the_batch_is_given():
@@ -316,6 +350,9 @@ def test_the_tiny_preset_fits_its_batch_unless_the_batch_is_given():
     assert not TrainingConfig(max_minutes=10).fit_batch
     with pytest.raises(ValueError, match="fit_batch must be True or False; got 'yes'"):
         TrainingConfig(max_minutes=10, fit_batch="yes")
+    for rate in (1.0, -0.1, True, "0.1"):
+        with pytest.raises(ValueError, match=r"few_epochs_dropout must be None or in \[0, 1\); got "):
+            TrainingConfig(max_minutes=10, few_epochs_dropout=rate)
 
 
 def test_a_fitted_run_says_its_batch_in_its_log_before_its_first_update(tiny_corpus, tmp_path, capsys):
@@ -336,7 +373,7 @@ def test_a_fitted_run_resumed_from_its_checkpoint_of_step_0_keeps_its_batch(tiny
     assert decision["max_tokens"] == 60
     resumed = Trainer.resume(fitted.save())
     assert resumed.step == 0 and resumed.config.max_tokens == resumed.batches.sampler.max_tokens == 60
-    assert resumed.fit_batch(Clock(resumed.config, 1, resumed.device)) is None
+    assert resumed.fit_to_budget(Clock(resumed.config, 1, resumed.device)) is None
 
 
 def test_bad_training_configs_raise():

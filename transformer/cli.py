@@ -30,10 +30,11 @@ from transformer.deploy import export_onnx
 from transformer.devices import pick_device
 from transformer.evaluation import evaluate
 from transformer.model import PRESETS, TransformerConfig
-from transformer.runs import FEW_UPDATES
+from transformer.runs import FEW_EPOCHS, FEW_UPDATES
 from transformer.tokenizer import lowercases
 from transformer.trainer import (
     GPU_TEXT_STEPS,
+    TRAINING_PRESETS,
     Trainer,
     TrainingConfig,
     default_preset,
@@ -159,7 +160,12 @@ def _add_data_options(group: argparse._ArgumentGroup, trained: bool = False) -> 
 
 def _add_model_options(group: argparse._ArgumentGroup) -> None:
     group.add_argument(
-        "--dropout", type=_probability, help="P_drop of the sub-layers (paper: 0.1)"
+        "--dropout",
+        type=_probability,
+        help="P_drop of the sub-layers (paper: 0.1; tiny: "
+        f"{TransformerConfig.tiny().dropout:g}, but "
+        f"{TRAINING_PRESETS['tiny']['few_epochs_dropout']:g} for a run of minutes "
+        f"whose budget holds fewer than {FEW_EPOCHS} passes over the data)",
     )
     group.add_argument(
         "--attention-dropout",
@@ -285,8 +291,10 @@ def _new_trainer(args: argparse.Namespace, given: dict) -> Trainer:
     text = given.get("data", "numbers") != "numbers"
     preset = args.preset or default_preset(text)
     cuda = pick_device(given.get("device", "auto")).type == "cuda"
-    config = TrainingConfig.preset(preset, text, cuda, **given)
     model_given = {k: v for k in MODEL_OPTIONS if (v := getattr(args, k)) is not None}
+    if "dropout" in model_given:  # a P_drop given by name is the run's
+        given = {**given, "few_epochs_dropout": None}
+    config = TrainingConfig.preset(preset, text, cuda, **given)
     model_config = TransformerConfig.preset(preset, **model_given)
     return Trainer.from_config(model_config, config, args.out, None, args.overwrite)
 

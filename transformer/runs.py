@@ -217,6 +217,9 @@ def fitted_max_tokens(max_tokens: int, seconds: float,
     return (max_tokens // 2 if updates < FEW_UPDATES else max_tokens), updates
 
 
+FEW_EPOCHS = 30  # a budget of fewer passes over the data trains at few_epochs_dropout
+
+
 class LossWindow:
     """The summed loss and target tokens of the steps since the last read (on the
     device)."""

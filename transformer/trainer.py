@@ -38,10 +38,11 @@ from transformer.devices import (
     pick_device,
     sum_over_ranks,
 )
-from transformer.fast import FastPaths, keep_freed_memory, output_loss
+from transformer.fast import Dropout, FastPaths, keep_freed_memory, output_loss
 from transformer.model import Transformer, TransformerConfig
 from transformer.prepared import PreparedData, prepare_data
 from transformer.runs import (
+    FEW_EPOCHS,
     FEW_UPDATES,
     Clock,
     LossWindow,
@@ -70,12 +71,11 @@ class TrainingConfig:
     prefetch: batches prepared ahead by a background thread. cache_dir: where prepared
     corpora are kept (None: see default_cache_dir). split_punctuation: the tokenizer
     isolates punctuation (Data chapter; the command line's choice for real text).
-    lowercase: the tokenizer lowercases all text (Multi30k's convention), and so do
-    translate and evaluate with its checkpoints.
+    lowercase: the tokenizer lowercases all text, and so do translate and evaluate.
     cooldown: the last fraction of the run (of max_steps or max_minutes, whichever
     ends it), over which the rate's multiplier falls linearly from 1 to 0; 0: none.
     schedule: "paper" or "planned" (Runs chapter); None: default_schedule's choice.
-    fit_batch: halve max_tokens for a planned budget of few updates (Trainer.fit_batch).
+    fit_batch (halve max_tokens), few_epochs_dropout (P_drop): Trainer.fit_to_budget.
     """
 
     data: str = "numbers"
@@ -107,6 +107,7 @@ class TrainingConfig:
     split_punctuation: bool = False
     lowercase: bool = False
     fit_batch: bool = False
+    few_epochs_dropout: float | None = None
 
     def __post_init__(self) -> None:
         if self.schedule is None:
@@ -164,6 +165,12 @@ class TrainingConfig:
         check_precision(self.precision)
         if not isinstance(self.fit_batch, bool):
             raise ValueError(f"fit_batch must be True or False; got {self.fit_batch!r}")
+        rate = self.few_epochs_dropout
+        number = isinstance(rate, (int, float)) and not isinstance(rate, bool)
+        if rate is not None and not (number and 0.0 <= rate < 1.0):
+            raise ValueError(
+                f"few_epochs_dropout must be None or in [0, 1); got {rate!r}"
+            )
 
     @classmethod
     def preset(
@@ -210,6 +217,7 @@ TRAINING_PRESETS: dict[str, dict] = {
         "lr_scale": 2.53,  # their peak 0.005 = 2.53 * 128^-0.5 * 2000^-0.5
         "keep_checkpoints": 10,
         "fit_batch": True,  # max_tokens halved for a budget of few updates (Runs)
+        "few_epochs_dropout": 0.1,  # the paper's P_drop, not 0.3, for a short budget
     },
     "base": {"vocab_size": 37000, "max_tokens": 25000, "warmup_steps": 4000},
     "big": {
@@ -418,7 +426,7 @@ class Trainer:
         with holding_folder(self):
             log_to = run_log(self.out, config.max_steps, self.step, self.rank, progress)
             with log_to as log, deferred_signals(self.world_size == 1) as received:
-                if batch := self.fit_batch(clock):
+                if batch := self.fit_to_budget(clock):
                     log({"step": self.step, "batch": batch})
                 while not received:
                     stop, checkpoint_due = clock.decide(self.step)
@@ -475,36 +483,50 @@ class Trainer:
         self.optimizer.zero_grad(set_to_none=True)
         return statistics.median(seconds[1:])
 
-    def fit_batch(self, clock: Clock) -> dict | None:
-        """Before the first update of a planned run of minutes alone with fit_batch
-        (not compiled): max_tokens halved when its budget holds fewer than FEW_UPDATES
-        updates at it. Returns the decision for the log (None: nothing to decide)."""
+    def fit_to_budget(self, clock: Clock) -> dict | None:
+        """Before the first update of a planned run of minutes alone (not compiled),
+        from one update timed: max_tokens halved (if fit_batch) when the budget holds
+        fewer than FEW_UPDATES updates, P_drop set to few_epochs_dropout (if given)
+        when it holds fewer than FEW_EPOCHS passes over the training data. Returns the
+        decision for the log (None: nothing to decide)."""
         config = self.config
         alone = config.planned and config.max_steps is None and config.max_minutes
-        if not (config.fit_batch and alone and self.step == 0) or self.compile:
+        fits = config.fit_batch or config.few_epochs_dropout is not None
+        if not (fits and alone and self.step == 0) or self.compile:
             return None
         seconds = clock.rank0(self.time_update())  # one decision for every replica
         minutes = config.max_minutes
         tokens, updates = fitted_max_tokens(config.max_tokens, seconds, minutes)
-        few = tokens < config.max_tokens
-        why = f"under {FEW_UPDATES:,}" if few else f"{FEW_UPDATES:,} or more"
-        if few:
-            try:
-                batches = self.train_batches(replace(config, max_tokens=tokens))
-            except ValueError:  # the half holds not the longest pair, or no packed row
-                tokens = config.max_tokens
-                why += ", but half the batch is too small for this data"
-            else:
-                self.batches.close()
-                self.batches = batches
+        epochs = updates * config.accumulate / len(self.batches.sampler)
+        tokens, batch = (self.fit_batch(tokens) if config.fit_batch
+                         else (config.max_tokens, "as given"))
+        if epochs < FEW_EPOCHS and config.few_epochs_dropout is not None:
+            set_dropout(self.model, config.few_epochs_dropout)
+        dropout = self.model.config.dropout
         # decided once: a run resumed, even from its checkpoint of step 0, keeps it
-        self.config = replace(config, max_tokens=tokens, fit_batch=False)
-        verdict = "halved" if tokens < config.max_tokens else "kept"
-        text = (f"batch {verdict}, {tokens:,} tokens an update: one of "
-                f"{config.max_tokens:,} took {seconds:.2f} s, about {updates:,} in "
-                f"{minutes:g} min ({why})")
-        return {"max_tokens": tokens, "seconds": seconds, "updates": updates,
-                "text": text}
+        self.config = replace(config, max_tokens=tokens, fit_batch=False,
+                              few_epochs_dropout=None)
+        few = f"under {FEW_EPOCHS}" if epochs < FEW_EPOCHS else f"{FEW_EPOCHS} or more"
+        text = (f"batch {batch}, {tokens:,} tokens an update, P_drop {dropout:g}: one "
+                f"of {config.max_tokens:,} took {seconds:.2f} s, about {updates:,} in "
+                f"{minutes:g} min, {epochs:.1f} passes over the data ({few})")
+        return {"max_tokens": tokens, "dropout": dropout, "seconds": seconds,
+                "updates": updates, "epochs": epochs, "text": text}
+
+    def fit_batch(self, tokens: int) -> tuple[int, str]:
+        """The run's batches made of `tokens` (fitted_max_tokens's choice), unless half
+        the batch is too small for the data: the tokens an update, and what was done."""
+        kept = self.config.max_tokens
+        if tokens == kept:
+            return kept, f"kept ({FEW_UPDATES:,} updates or more)"
+        try:
+            batches = self.train_batches(replace(self.config, max_tokens=tokens))
+        except ValueError:  # the half holds not the longest pair, or no packed row
+            return kept, (f"kept (under {FEW_UPDATES:,} updates, but half the batch is "
+                          "too small for this data)")
+        self.batches.close()
+        self.batches = batches
+        return tokens, f"halved (under {FEW_UPDATES:,} updates)"
 
     @classmethod
     def from_config(
@@ -620,6 +642,16 @@ def stopped_by_signal(trainer: Trainer, metrics: dict, signum: int) -> dict:
     return {**metrics, "step": trainer.step, "interrupted": signum}
 
 
+def set_dropout(model: Transformer, p: float) -> None:
+    """P_drop of a built model: in its configuration (which the checkpoints keep) and
+    in its Dropout modules, those of the sub-layers and the embeddings (attention and
+    the FFN have rates of their own)."""
+    model.config = replace(model.config, dropout=p)
+    for module in model.modules():
+        if isinstance(module, Dropout):
+            module.p = p
+
+
 def compile_options(
     config: TrainingConfig, device: torch.device, world_size: int
 ) -> dict[str, bool]:
@@ -689,6 +721,7 @@ __all__ = [
     'Trainer',
     'holding_folder',
     'stopped_by_signal',
+    'set_dropout',
     'compile_options',
     'model_and_data',
     'default_preset',
