@@ -280,8 +280,8 @@ def test_a_budget_of_few_updates_halves_the_batch_and_trains_as_that_batch_given
     assert decision["max_tokens"] == 60 and decision["updates"] < FEW_UPDATES, decision
     assert decision["text"].startswith(f"batch halved (under {FEW_UPDATES:,} updates), 60 tokens an update, "
                                        "P_drop 0.1: one of 120 took ")
-    assert re.search(rf" in 0\.01 min, [\d.]+ passes over the data \((under {FEW_EPOCHS}|{FEW_EPOCHS} or more)\)$",
-                     decision["text"]), decision["text"]
+    pattern = rf" in 0\.01 min, [\d.]+ passes over the data, of [\d,]+ updates each \((under {FEW_EPOCHS}|{FEW_EPOCHS} or more)\)$"
+    assert re.search(pattern, decision["text"]), decision["text"]
     assert fitted.config.max_tokens == 60 and fitted.batches.sampler.max_tokens == 60
     assert fitted.config.fit_batch is False, "decided once"
     assert all(p.grad is None for p in fitted.model.parameters()) and not fitted.optimizer.state
@@ -335,8 +335,12 @@ def test_a_budget_of_many_updates_or_a_half_too_small_keeps_the_batch(tiny_corpu
 def test_only_a_planned_run_of_minutes_alone_at_its_start_fits_its_batch(tiny_corpus, tmp_path):
     for i, overrides in enumerate([dict(fit_batch=False), dict(schedule="paper"),
                                    dict(max_steps=5, schedule="planned"), dict(max_steps=5)]):
-        trainer, decision = _fitting(tiny_corpus, tmp_path / f"run{i}", **overrides)
+        trainer, decision = _fitting(tiny_corpus, tmp_path / f"run{i}", seconds=0.1, **overrides)
         assert decision is None and trainer.config.max_tokens == 120, overrides
+        if overrides.get("fit_batch") is not False:  # nor its dropout
+            trainer, decision = _fitting(tiny_corpus, tmp_path / f"drop{i}", seconds=0.1, fit_batch=False,
+                                         few_epochs_dropout=0.3, **overrides)
+            assert decision is None and trainer.model.config.dropout == TINY.dropout, overrides
     trainer, _ = _fitting(tiny_corpus, tmp_path / "later", fit_batch=False)
     trainer.train_step()
     trainer.config = replace(trainer.config, fit_batch=True)
@@ -346,6 +350,9 @@ def test_only_a_planned_run_of_minutes_alone_at_its_start_fits_its_batch(tiny_co
 def test_the_tiny_preset_fits_its_batch_unless_the_batch_is_given():
     assert TrainingConfig.preset("tiny", text=True, max_minutes=10).fit_batch
     assert not TrainingConfig.preset("tiny", text=True, max_minutes=10, max_tokens=4096).fit_batch
+    given = TrainingConfig.preset("tiny", text=True, max_minutes=10, max_tokens=4096)
+    assert given.few_epochs_dropout == 0.1 < TransformerConfig.tiny().dropout, "the dropout still fitted"
+    assert TrainingConfig.preset("small", text=True, max_minutes=10).few_epochs_dropout is None
     assert not TrainingConfig.preset("small", text=True, max_minutes=10).fit_batch
     assert not TrainingConfig(max_minutes=10).fit_batch
     with pytest.raises(ValueError, match="fit_batch must be True or False; got 'yes'"):

@@ -253,7 +253,7 @@ def _tokens(run: dict) -> str:
     from transformer.trainer import TRAINING_PRESETS  # imports torch: only here
 
     given = re.search(r"--max-tokens (\d+)", run["train"])
-    fitted = re.search(r"^batch [^,]*, ([\d,]+) tokens an update", run.get("batch", ""))
+    fitted = re.search(r"^batch .*?, ([\d,]+) tokens an update", run.get("batch", ""))
     if "batch" in run and not fitted:
         raise SystemExit(f"{run['train']}: its batch line names no batch: {run['batch']!r}")
     return f"{int(given[1]):,}" if given else fitted[1] if fitted else \

@@ -497,7 +497,8 @@ class Trainer:
         seconds = clock.rank0(self.time_update())  # one decision for every replica
         minutes = config.max_minutes
         tokens, updates = fitted_max_tokens(config.max_tokens, seconds, minutes)
-        epochs = updates * config.accumulate / len(self.batches.sampler)
+        per_pass = len(self.batches.sampler) / config.accumulate  # updates a pass
+        epochs = updates / per_pass
         tokens, batch = (self.fit_batch(tokens) if config.fit_batch
                          else (config.max_tokens, "as given"))
         if epochs < FEW_EPOCHS and config.few_epochs_dropout is not None:
@@ -509,7 +510,8 @@ class Trainer:
         few = f"under {FEW_EPOCHS}" if epochs < FEW_EPOCHS else f"{FEW_EPOCHS} or more"
         text = (f"batch {batch}, {tokens:,} tokens an update, P_drop {dropout:g}: one "
                 f"of {config.max_tokens:,} took {seconds:.2f} s, about {updates:,} in "
-                f"{minutes:g} min, {epochs:.1f} passes over the data ({few})")
+                f"{minutes:g} min, {epochs:.1f} passes over the data, of "
+                f"{per_pass:,.0f} updates each ({few})")
         return {"max_tokens": tokens, "dropout": dropout, "seconds": seconds,
                 "updates": updates, "epochs": epochs, "text": text}
 
