@@ -218,6 +218,7 @@ HALVED = TEN_MINUTES[7:9]
 HALVED_STEPS = "multi30k_en_de_1275steps_fp32_2048.json"
 # The paper's P_drop against the preset's, three seeds each: in that budget, and ten minutes on
 # the Zen 4 (each pair: the preset's 0.3, then 0.1)
+PASSES = "multi30k_en_de_passes.json"  # a short run whose log says the updates of a pass
 DROPPED = [(HALVED_STEPS, "multi30k_en_de_1275steps_fp32_2048_d01.json"), (HALVED[0], TEN_MINUTES[9])]
 # The family-25 model-1 EPYC's updates in ten minutes, as a step budget in fp32, on another CPU:
 # the paper's schedule and the plan at 0.7 of the peak, three seeds each, in turn
@@ -438,12 +439,20 @@ def few_passes_dropout() -> str:
         test = [round(r["spread"]["test_bleu"]["median"], 2) for r in (high, low)]  # as printed
         said.append(f"{' / '.join(f'{m:+.2f}' for m in margins)} on validation seed by seed "
                     f"(test2016's medians {test[0]:.2f} and {test[1]:.2f}; `{names[1]}`)")
+    line = _record(PASSES)["seeds"]["0"]["batch"]
+    per_pass = int(re.search(r"of ([\d,]+) updates each", line)[1].replace(",", ""))
+    ten = [run["steps"] / per_pass for name in DROPPED[1] for run in _record(name)["seeds"].values()]
+    hour = _record("multi30k_en_de_60min_cli_zen4_planned.json")["seeds"]["0"]["steps"] / per_pass
+    if not max(ten) < FEW_EPOCHS < hour:
+        raise SystemExit(f"FEW_EPOCHS ({FEW_EPOCHS}) not between the Zen 4's ten minutes and its hour")
     return (
         f"P_drop 0.1, the paper's, against the preset's 0.3, three seeds a side: in that budget of the "
         f"family-25 model-1 EPYC, at 2,048 tokens, it scored {said[0]}; in ten minutes on the Zen 4, "
-        f"{said[1]}: above with every seed, by more than either rate's spread over seeds. So the same "
-        f"timing now also sets P_drop to 0.1 when the budget holds fewer than {FEW_EPOCHS} passes over "
-        "the data (ten minutes on every CPU measured, not the hour); `--dropout` names a rate."
+        f"{said[1]}: above with every seed, the median margin more than either rate's spread over seeds. "
+        f"So the same timing now also sets P_drop to 0.1 when the budget holds fewer than {FEW_EPOCHS} "
+        f"passes over the data: one pass over Multi30k is {per_pass:,} updates of 4,096 tokens (`{PASSES}`), "
+        f"so the Zen 4's ten minutes made {min(ten):.0f} to {max(ten):.0f} passes and its hour {hour:.0f}, "
+        "which keeps 0.3; `--dropout` names a rate."
     )
 
 
