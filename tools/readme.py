@@ -210,6 +210,7 @@ TEN_MINUTES = [
     "multi30k_en_de_10min_cli_zen4_4096.json",
     "multi30k_en_de_10min_cli_zen4_2048.json",
     "multi30k_en_de_10min_cli_zen4_d01.json",
+    "multi30k_en_de_10min_cli_zen4_fitted.json",
 ]
 COMPARED = [TEN_MINUTES[3:5], TEN_MINUTES[5:7]]  # (the paper's, the plan at 0.7 of the peak)
 # Half the batch against the preset's, the default plan, three seeds each, in turn: ten minutes
