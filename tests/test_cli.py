@@ -14,7 +14,9 @@ import torch
 from transformer import cli
 from transformer.checkpoints import load_checkpoint
 from transformer.cli import main
-from transformer.runs import FEW_EPOCHS, FEW_UPDATES
+from transformer.model import TransformerConfig
+from transformer.runs import FEW_UPDATES
+from transformer.trainer import TRAINING_PRESETS
 
 
 def test_python_m_transformer_runs_the_command_line():
@@ -301,19 +303,22 @@ def test_train_plans_the_schedule_of_a_run_of_minutes_alone(tmp_path, tiny_corpu
 def test_train_fits_the_tiny_presets_batch_to_a_budget_of_minutes_unless_one_is_given(tmp_path, tiny_corpus, capsys,
                                                                                       monkeypatch):
     """A budget of 0.001 min, an update timed at 0.01 s: 6 updates of the tiny preset, far fewer than FEW_UPDATES and
-    than FEW_EPOCHS passes over the data: its 4,096 tokens halved and P_drop lowered from 0.3 to 0.1, and said; a
-    P_drop given by name is kept; a batch given by name is kept, and the P_drop still lowered."""
+    than the first line of its dropout_by_passes (6 updates make at most 6 passes): its 4,096 tokens halved and
+    P_drop lowered from 0.3 to that line's, and said; a P_drop given by name is kept; a batch given by name is kept,
+    and the P_drop still lowered."""
     monkeypatch.setattr(cli.Trainer, "time_update", lambda self: 0.01)  # not this machine's speed
-    for i, (more, batch, dropout) in enumerate([
-            ([], f"halved (under {FEW_UPDATES:,} updates), 2,048", 0.1),
-            (["--dropout", "0.2"], f"halved (under {FEW_UPDATES:,} updates), 2,048", 0.2),
-            (["--max-tokens", "4096"], "as given, 4,096", 0.1)]):
+    (passes, rate), *_ = TRAINING_PRESETS["tiny"]["dropout_by_passes"]
+    assert passes > 6 and rate < TransformerConfig.tiny().dropout
+    fitted = f"{rate:g} (under {passes:g} passes)"
+    for i, (more, batch, dropout, said_dropout) in enumerate([
+            ([], f"halved (under {FEW_UPDATES:,} updates), 2,048", rate, fitted),
+            (["--dropout", "0.2"], f"halved (under {FEW_UPDATES:,} updates), 2,048", 0.2, "0.2 (the model's)"),
+            (["--max-tokens", "4096"], "as given, 4,096", rate, fitted)]):
         out = tmp_path / f"run{i}"
         assert main(["train", "--data", str(tiny_corpus), "--vocab-size", "60", "--max-minutes", "0.001",
                      "--precision", "fp32", "--device", "cpu", *more, "--out", str(out)]) == 0
         said = capsys.readouterr().out
-        assert f"batch {batch} tokens an update, P_drop {dropout:g}: one of 4,096 took 0.01 s, about 6 in " in said
-        assert f" updates each (under {FEW_EPOCHS})" in said, said
+        assert f"batch {batch} tokens an update, P_drop {said_dropout}: one of 4,096 took 0.01 s, about 6 in " in said
         checkpoint = load_checkpoint(sorted(out.glob("checkpoint-*.pt"))[-1])
         assert checkpoint["model_config"]["dropout"] == dropout
 

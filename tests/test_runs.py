@@ -15,6 +15,7 @@ from transformer.runs import (
     append_metrics,
     cooldown_factor,
     deferred_signals,
+    fitted_dropout,
     fitted_max_tokens,
     forget_metrics_after,
     plan_schedule,
@@ -164,3 +165,11 @@ def test_a_budget_of_few_updates_halves_the_batch_as_worked_by_hand():
     assert fitted_max_tokens(4096, 0.5, 10) == (4096, 1200)
     assert fitted_max_tokens(4096, 0.5001, 10) == (2048, 1199)
     assert fitted_max_tokens(4097, 10.0, 1) == (2048, 6), "the floor of an odd batch's half"
+
+
+def test_the_dropout_of_a_budget_is_that_of_the_first_line_it_is_under_as_worked_by_hand():
+    """Lines at 10 and 30 passes: 3 and 9.9 passes are under the first (0, not None: no dropout
+    is a rate); 10 and 29 under the second; 30 and 1,000 under none (the model's own)."""
+    lines = ((10, 0.0), (30, 0.1))
+    assert [fitted_dropout(e, lines) for e in (3, 9.9, 10, 29, 30, 1000)] == [0.0, 0.0, 0.1, 0.1, None, None]
+    assert fitted_dropout(0.5, ((1, 0.2),)) == 0.2 and fitted_dropout(1, ((1, 0.2),)) is None

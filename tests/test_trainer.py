@@ -28,7 +28,7 @@ from transformer import (
     evaluate,
 )
 from transformer._book import train_once
-from transformer.runs import FEW_EPOCHS, FEW_UPDATES, Clock
+from transformer.runs import FEW_UPDATES, Clock
 from transformer.trainer import (
     check_vocabulary,
     compile_options,
@@ -279,8 +279,8 @@ def test_a_budget_of_few_updates_halves_the_batch_and_trains_as_that_batch_given
     fitted, decision = _fitting(tiny_corpus, tmp_path / "fitted")
     assert decision["max_tokens"] == 60 and decision["updates"] < FEW_UPDATES, decision
     assert decision["text"].startswith(f"batch halved (under {FEW_UPDATES:,} updates), 60 tokens an update, "
-                                       "P_drop 0.1: one of 120 took ")
-    pattern = rf" in 0\.01 min, [\d.]+ passes over the data, of [\d,]+ updates each \((under {FEW_EPOCHS}|{FEW_EPOCHS} or more)\)$"
+                                       "P_drop 0.1 (the model's): one of 120 took ")
+    pattern = r" in 0\.01 min, [\d.]+ passes over the data, of [\d,]+ updates each$"
     assert re.search(pattern, decision["text"]), decision["text"]
     assert fitted.config.max_tokens == 60 and fitted.batches.sampler.max_tokens == 60
     assert fitted.config.fit_batch is False, "decided once"
@@ -288,12 +288,21 @@ def test_a_budget_of_few_updates_halves_the_batch_and_trains_as_that_batch_given
     _assert_trains_as(fitted, tiny_corpus, tmp_path / "given", 4, max_minutes=0.01, max_tokens=60)
 
 
-def test_a_budget_of_few_updates_sets_few_epochs_dropout_and_trains_as_a_model_built_with_it(tiny_corpus, tmp_path):
-    """Oracle: a model built with that P_drop by name, given the half batch, update by update."""
-    fitted, decision = _fitting(tiny_corpus, tmp_path / "fitted", seconds=0.1, few_epochs_dropout=0.3)
+def test_a_budget_of_few_passes_sets_the_dropout_of_its_line_and_trains_as_a_model_built_with_it(tiny_corpus,
+                                                                                                    tmp_path):
+    """Oracle: a model built with that P_drop by name, given the half batch, update by update. The
+    lines are placed around the budget's passes: the first line it is under decides, and 0 is a rate."""
+    _, decision = _fitting(tiny_corpus, tmp_path / "passes", seconds=0.1)
+    epochs = decision["epochs"]
+    for i, (lines, rate) in enumerate([(((epochs / 2, 0.2), (epochs * 2, 0.3)), 0.3),
+                                       (((epochs * 2, 0.0), (epochs * 4, 0.3)), 0.0)]):
+        _, decision = _fitting(tiny_corpus, tmp_path / f"lines{i}", seconds=0.1, dropout_by_passes=lines)
+        assert decision["epochs"] == epochs and decision["dropout"] == rate, (lines, decision)
+        assert f"P_drop {rate:g} (under {epochs * 2:g} passes): one of 120 took " in decision["text"]
+    fitted, decision = _fitting(tiny_corpus, tmp_path / "fitted", seconds=0.1, dropout_by_passes=((1000, 0.3),))
     assert decision["max_tokens"] == 60 and decision["dropout"] == 0.3, decision
     assert decision["text"].startswith(f"batch halved (under {FEW_UPDATES:,} updates), 60 tokens an update, "
-                                       "P_drop 0.3: one of 120 took ")
+                                       "P_drop 0.3 (under 1000 passes): one of 120 took ")
     assert fitted.model.config.dropout == 0.3, "the configuration the checkpoints keep"
     model = replace(TINY, dropout=0.3)
     _assert_trains_as(fitted, tiny_corpus, tmp_path / "given", 4, model, max_minutes=0.01, max_tokens=60)
@@ -304,9 +313,11 @@ def test_a_budget_of_few_updates_sets_few_epochs_dropout_and_trains_as_a_model_b
 
 def test_a_batch_given_by_name_is_kept_and_the_dropout_still_fitted(tiny_corpus, tmp_path):
     """Oracle: a model built with that P_drop by name, on the batch given, update by update."""
-    given, decision = _fitting(tiny_corpus, tmp_path / "given", seconds=0.1, fit_batch=False, few_epochs_dropout=0.3)
-    assert decision["max_tokens"] == 120 and decision["dropout"] == 0.3 and decision["epochs"] < FEW_EPOCHS
-    assert decision["text"].startswith("batch as given, 120 tokens an update, P_drop 0.3: one of 120 took ")
+    given, decision = _fitting(tiny_corpus, tmp_path / "given", seconds=0.1, fit_batch=False,
+                               dropout_by_passes=((1000, 0.3),))
+    assert decision["max_tokens"] == 120 and decision["dropout"] == 0.3 and decision["epochs"] < 1000
+    assert decision["text"].startswith("batch as given, 120 tokens an update, P_drop 0.3 (under 1000 passes): "
+                                       "one of 120 took ")
     model = replace(TINY, dropout=0.3)
     _assert_trains_as(given, tiny_corpus, tmp_path / "oracle", 3, model, max_minutes=0.01, max_tokens=120)
 
@@ -314,21 +325,20 @@ def test_a_batch_given_by_name_is_kept_and_the_dropout_still_fitted(tiny_corpus,
 def test_a_budget_of_many_updates_or_a_half_too_small_keeps_the_batch(tiny_corpus, tmp_path):
     """Oracle for the batch kept: a run never timed, update by update (the timing's batch is
     trained again, not skipped)."""
-    trainer, decision = _fitting(tiny_corpus, tmp_path / "many", max_minutes=1e6, few_epochs_dropout=0.3)
+    trainer, decision = _fitting(tiny_corpus, tmp_path / "many", max_minutes=1e6, dropout_by_passes=((1000, 0.3),))
     assert decision["max_tokens"] == 120 and decision["updates"] >= FEW_UPDATES
     assert decision["text"].startswith(f"batch kept ({FEW_UPDATES:,} updates or more), 120 tokens an update, "
-                                       "P_drop 0.1: one of 120 took ")
-    assert trainer.model.config.dropout == TINY.dropout, "many passes: the model's P_drop"
-    assert decision["epochs"] >= FEW_EPOCHS and decision["text"].endswith(f"({FEW_EPOCHS} or more)")
+                                       "P_drop 0.1 (1000 passes or more): one of 120 took ")
+    assert trainer.model.config.dropout == TINY.dropout and decision["epochs"] >= 1000, "the model's P_drop"
     assert trainer.config.max_tokens == trainer.batches.sampler.max_tokens == 120
     _assert_trains_as(trainer, tiny_corpus, tmp_path / "untimed", 3, max_minutes=1e6, max_tokens=120)
     longest = int(trainer.data.train.lengths().max())
     trainer, decision = _fitting(tiny_corpus, tmp_path / "long", seconds=0.1, max_tokens=2 * longest - 1,
-                                 few_epochs_dropout=0.3)
+                                 dropout_by_passes=((1000, 0.3),))
     assert decision["max_tokens"] == 2 * longest - 1, "half of it holds not the longest pair"
     assert decision["dropout"] == 0.3, "still a budget of few passes"
     assert decision["text"].startswith(f"batch kept (under {FEW_UPDATES:,} updates, but half the batch is too "
-                                       f"small for this data), {2 * longest - 1} tokens an update, P_drop 0.3: ")
+                                       f"small for this data), {2 * longest - 1} tokens an update, P_drop 0.3 (under 1000 passes): ")
     assert trainer.batches.sampler.max_tokens == 2 * longest - 1
 
 
@@ -339,7 +349,7 @@ def test_only_a_planned_run_of_minutes_alone_at_its_start_fits_its_batch(tiny_co
         assert decision is None and trainer.config.max_tokens == 120, overrides
         if overrides.get("fit_batch") is not False:  # nor its dropout
             trainer, decision = _fitting(tiny_corpus, tmp_path / f"drop{i}", seconds=0.1, fit_batch=False,
-                                         few_epochs_dropout=0.3, **overrides)
+                                         dropout_by_passes=((1000, 0.3),), **overrides)
             assert decision is None and trainer.model.config.dropout == TINY.dropout, overrides
     trainer, _ = _fitting(tiny_corpus, tmp_path / "later", fit_batch=False)
     trainer.train_step()
@@ -351,15 +361,18 @@ def test_the_tiny_preset_fits_its_batch_unless_the_batch_is_given():
     assert TrainingConfig.preset("tiny", text=True, max_minutes=10).fit_batch
     assert not TrainingConfig.preset("tiny", text=True, max_minutes=10, max_tokens=4096).fit_batch
     given = TrainingConfig.preset("tiny", text=True, max_minutes=10, max_tokens=4096)
-    assert given.few_epochs_dropout == 0.1 < TransformerConfig.tiny().dropout, "the dropout still fitted"
-    assert TrainingConfig.preset("small", text=True, max_minutes=10).few_epochs_dropout is None
+    lines = given.dropout_by_passes
+    assert lines and all(p < TransformerConfig.tiny().dropout for _, p in lines), "the dropout still fitted"
+    assert TrainingConfig.preset("small", text=True, max_minutes=10).dropout_by_passes is None
     assert not TrainingConfig.preset("small", text=True, max_minutes=10).fit_batch
     assert not TrainingConfig(max_minutes=10).fit_batch
     with pytest.raises(ValueError, match="fit_batch must be True or False; got 'yes'"):
         TrainingConfig(max_minutes=10, fit_batch="yes")
-    for rate in (1.0, -0.1, True, "0.1"):
-        with pytest.raises(ValueError, match=r"few_epochs_dropout must be None or in \[0, 1\); got "):
-            TrainingConfig(max_minutes=10, few_epochs_dropout=rate)
+    for lines in (0.1, (), [(10, 0.1)], ((10,),), ((10, 1.0),), ((10, -0.1),), ((10, True),), ((0, 0.1),),
+                  ((10, "0.1"),), ((30, 0.1), (10, 0.0)), ((10, 0.1), (10, 0.0))):
+        with pytest.raises(ValueError, match=r"dropout_by_passes must be None or a tuple of \(passes, P_drop\) "
+                                             r"pairs, passes positive and rising, P_drop in \[0, 1\); got "):
+            TrainingConfig(max_minutes=10, dropout_by_passes=lines)
 
 
 def test_a_fitted_run_says_its_batch_in_its_log_before_its_first_update(tiny_corpus, tmp_path, capsys):
@@ -381,6 +394,17 @@ def test_a_fitted_run_resumed_from_its_checkpoint_of_step_0_keeps_its_batch(tiny
     resumed = Trainer.resume(fitted.save())
     assert resumed.step == 0 and resumed.config.max_tokens == resumed.batches.sampler.max_tokens == 60
     assert resumed.fit_to_budget(Clock(resumed.config, 1, resumed.device)) is None
+
+
+def test_a_checkpoint_that_names_few_epochs_dropout_resumes_with_it_as_one_line_at_30_passes(tiny_corpus, tmp_path):
+    """From 0fc0402 to c287e4b the field was few_epochs_dropout, a P_drop under 30 passes (None: decided, or none)."""
+    state = load_checkpoint(Trainer.from_config(TINY, _config(tiny_corpus, max_steps=2), tmp_path / "run").save())
+    for i, (old, lines) in enumerate([(0.1, ((30, 0.1),)), (None, None)]):
+        settings = {k: v for k, v in state["training_config"].items() if k != "dropout_by_passes"}
+        path = tmp_path / f"old{i}" / "checkpoint-00000000.pt"
+        save_checkpoint({**state, "training_config": {**settings, "few_epochs_dropout": old}}, path)
+        resumed = Trainer.resume(path)
+        assert resumed.config.dropout_by_passes == lines and resumed.config.max_tokens == settings["max_tokens"]
 
 
 def test_bad_training_configs_raise():

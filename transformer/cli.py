@@ -30,7 +30,7 @@ from transformer.deploy import export_onnx
 from transformer.devices import pick_device
 from transformer.evaluation import evaluate
 from transformer.model import PRESETS, TransformerConfig
-from transformer.runs import FEW_EPOCHS, FEW_UPDATES
+from transformer.runs import FEW_UPDATES
 from transformer.tokenizer import lowercases
 from transformer.trainer import (
     GPU_TEXT_STEPS,
@@ -159,13 +159,14 @@ def _add_data_options(group: argparse._ArgumentGroup, trained: bool = False) -> 
 
 
 def _add_model_options(group: argparse._ArgumentGroup) -> None:
+    lines = TRAINING_PRESETS["tiny"]["dropout_by_passes"]
+    fitted = ", ".join(f"{p:g} under {passes:g}" for passes, p in lines)
     group.add_argument(
         "--dropout",
         type=_probability,
         help="P_drop of the sub-layers (paper: 0.1; tiny: "
-        f"{TransformerConfig.tiny().dropout:g}, but "
-        f"{TRAINING_PRESETS['tiny']['few_epochs_dropout']:g} for a run of minutes "
-        f"whose budget holds fewer than {FEW_EPOCHS} passes over the data)",
+        f"{TransformerConfig.tiny().dropout:g}, but in a run of minutes {fitted} "
+        "passes over the data)",
     )
     group.add_argument(
         "--attention-dropout",
@@ -293,7 +294,7 @@ def _new_trainer(args: argparse.Namespace, given: dict) -> Trainer:
     cuda = pick_device(given.get("device", "auto")).type == "cuda"
     model_given = {k: v for k in MODEL_OPTIONS if (v := getattr(args, k)) is not None}
     if "dropout" in model_given:  # a P_drop given by name is the run's
-        given = {**given, "few_epochs_dropout": None}
+        given = {**given, "dropout_by_passes": None}
     config = TrainingConfig.preset(preset, text, cuda, **given)
     model_config = TransformerConfig.preset(preset, **model_given)
     return Trainer.from_config(model_config, config, args.out, None, args.overwrite)

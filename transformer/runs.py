@@ -217,7 +217,12 @@ def fitted_max_tokens(max_tokens: int, seconds: float,
     return (max_tokens // 2 if updates < FEW_UPDATES else max_tokens), updates
 
 
-FEW_EPOCHS = 30  # a budget of fewer passes over the data trains at few_epochs_dropout
+def fitted_dropout(epochs: float,
+                   lines: tuple[tuple[float, float], ...]) -> float | None:
+    """P_drop for a budget of `epochs` passes over the data: that of the first
+    (passes, P_drop) line, in rising passes, the budget holds fewer passes than;
+    None (the model's own) when it is under none of them."""
+    return next((p for passes, p in lines if epochs < passes), None)
 
 
 class LossWindow:
@@ -334,6 +339,7 @@ __all__ = [
     'plan_schedule',
     'Planner',
     'fitted_max_tokens',
+    'fitted_dropout',
     'LossWindow',
     'append_metrics',
     'forget_metrics_after',

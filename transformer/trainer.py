@@ -42,12 +42,12 @@ from transformer.fast import Dropout, FastPaths, keep_freed_memory, output_loss
 from transformer.model import Transformer, TransformerConfig
 from transformer.prepared import PreparedData, prepare_data
 from transformer.runs import (
-    FEW_EPOCHS,
     FEW_UPDATES,
     Clock,
     LossWindow,
     Planner,
     deferred_signals,
+    fitted_dropout,
     fitted_max_tokens,
     forget_metrics_after,
     run_log,
@@ -75,7 +75,7 @@ class TrainingConfig:
     cooldown: the last fraction of the run (of max_steps or max_minutes, whichever
     ends it), over which the rate's multiplier falls linearly from 1 to 0; 0: none.
     schedule: "paper" or "planned" (Runs chapter); None: default_schedule's choice.
-    fit_batch (halve max_tokens), few_epochs_dropout (P_drop): Trainer.fit_to_budget.
+    fit_batch, dropout_by_passes (fitted_dropout's lines): Trainer.fit_to_budget.
     """
 
     data: str = "numbers"
@@ -107,7 +107,7 @@ class TrainingConfig:
     split_punctuation: bool = False
     lowercase: bool = False
     fit_batch: bool = False
-    few_epochs_dropout: float | None = None
+    dropout_by_passes: tuple[tuple[float, float], ...] | None = None
 
     def __post_init__(self) -> None:
         if self.schedule is None:
@@ -165,12 +165,8 @@ class TrainingConfig:
         check_precision(self.precision)
         if not isinstance(self.fit_batch, bool):
             raise ValueError(f"fit_batch must be True or False; got {self.fit_batch!r}")
-        rate = self.few_epochs_dropout
-        number = isinstance(rate, (int, float)) and not isinstance(rate, bool)
-        if rate is not None and not (number and 0.0 <= rate < 1.0):
-            raise ValueError(
-                f"few_epochs_dropout must be None or in [0, 1); got {rate!r}"
-            )
+        if self.dropout_by_passes is not None:
+            check_dropout_lines(self.dropout_by_passes)
 
     @classmethod
     def preset(
@@ -198,6 +194,24 @@ class TrainingConfig:
         return cls(**{**settings, **given})
 
 
+def check_dropout_lines(lines) -> None:
+    """dropout_by_passes: a tuple of (passes, P_drop) pairs, passes positive and
+    rising, each P_drop in [0, 1)."""
+    def number(x) -> bool:
+        return isinstance(x, (int, float)) and not isinstance(x, bool)
+
+    def line(pair) -> bool:
+        return (isinstance(pair, tuple) and len(pair) == 2 and all(map(number, pair))
+                and pair[0] > 0 and 0.0 <= pair[1] < 1.0)
+
+    lines_ok = isinstance(lines, tuple) and lines and all(map(line, lines))
+    if not (lines_ok and all(a[0] < b[0] for a, b in zip(lines, lines[1:]))):
+        raise ValueError(
+            "dropout_by_passes must be None or a tuple of (passes, P_drop) pairs, "
+            f"passes positive and rising, P_drop in [0, 1); got {lines!r}"
+        )
+
+
 SCHEDULES = ("paper", "planned")
 
 
@@ -217,7 +231,7 @@ TRAINING_PRESETS: dict[str, dict] = {
         "lr_scale": 2.53,  # their peak 0.005 = 2.53 * 128^-0.5 * 2000^-0.5
         "keep_checkpoints": 10,
         "fit_batch": True,  # max_tokens halved for a budget of few updates (Runs)
-        "few_epochs_dropout": 0.1,  # the paper's P_drop, not 0.3, for a short budget
+        "dropout_by_passes": ((8, 0.0), (30, 0.1)),  # P_drop of a short budget (Runs)
     },
     "base": {"vocab_size": 37000, "max_tokens": 25000, "warmup_steps": 4000},
     "big": {
@@ -486,12 +500,13 @@ class Trainer:
     def fit_to_budget(self, clock: Clock) -> dict | None:
         """Before the first update of a planned run of minutes alone (not compiled),
         from one update timed: max_tokens halved (if fit_batch) when the budget holds
-        fewer than FEW_UPDATES updates, P_drop set to few_epochs_dropout (if given)
-        when it holds fewer than FEW_EPOCHS passes over the training data. Returns the
+        fewer than FEW_UPDATES updates, P_drop set by dropout_by_passes (if given) from
+        the passes over the training data it holds (fitted_dropout). Returns the
         decision for the log (None: nothing to decide)."""
         config = self.config
         alone = config.planned and config.max_steps is None and config.max_minutes
-        fits = config.fit_batch or config.few_epochs_dropout is not None
+        lines = config.dropout_by_passes
+        fits = config.fit_batch or lines is not None
         if not (fits and alone and self.step == 0) or self.compile:
             return None
         seconds = clock.rank0(self.time_update())  # one decision for every replica
@@ -501,17 +516,20 @@ class Trainer:
         epochs = updates / per_pass
         tokens, batch = (self.fit_batch(tokens) if config.fit_batch
                          else (config.max_tokens, "as given"))
-        if epochs < FEW_EPOCHS and config.few_epochs_dropout is not None:
-            set_dropout(self.model, config.few_epochs_dropout)
+        rate = fitted_dropout(epochs, lines) if lines is not None else None
+        if rate is not None:
+            set_dropout(self.model, rate)
         dropout = self.model.config.dropout
         # decided once: a run resumed, even from its checkpoint of step 0, keeps it
         self.config = replace(config, max_tokens=tokens, fit_batch=False,
-                              few_epochs_dropout=None)
-        few = f"under {FEW_EPOCHS}" if epochs < FEW_EPOCHS else f"{FEW_EPOCHS} or more"
-        text = (f"batch {batch}, {tokens:,} tokens an update, P_drop {dropout:g}: one "
-                f"of {config.max_tokens:,} took {seconds:.2f} s, about {updates:,} in "
-                f"{minutes:g} min, {epochs:.1f} passes over the data, of "
-                f"{per_pass:,.0f} updates each ({few})")
+                              dropout_by_passes=None)
+        under = [passes for passes, _ in lines or () if epochs < passes]
+        why = (f"under {under[0]:g} passes" if under
+               else f"{lines[-1][0]:g} passes or more" if lines else "the model's")
+        text = (f"batch {batch}, {tokens:,} tokens an update, P_drop {dropout:g} "
+                f"({why}): one of {config.max_tokens:,} took {seconds:.2f} s, about "
+                f"{updates:,} in {minutes:g} min, {epochs:.1f} passes over the data, "
+                f"of {per_pass:,.0f} updates each")
         return {"max_tokens": tokens, "dropout": dropout, "seconds": seconds,
                 "updates": updates, "epochs": epochs, "text": text}
 
@@ -557,7 +575,11 @@ class Trainer:
         """Continue the run of a checkpoint (or of the newest checkpoint in a folder),
         in its folder or in `out`."""
         state, path = training_checkpoint(path)
-        config = replace(TrainingConfig(**state["training_config"]), **overrides)
+        settings = dict(state["training_config"])
+        if "few_epochs_dropout" in settings:  # its name from 0fc0402 to c287e4b: a
+            rate = settings.pop("few_epochs_dropout")  # P_drop under 30 passes
+            settings["dropout_by_passes"] = None if rate is None else ((30, rate),)
+        config = replace(TrainingConfig(**settings), **overrides)
         return cls.from_config(TransformerConfig(**state["model_config"]), config,
                                out or path.parent, state, overwrite, path.parent)
 
@@ -713,6 +735,7 @@ def final_average(config: TrainingConfig, average_last: int | None = None) -> in
 
 __all__ = [
     'TrainingConfig',
+    'check_dropout_lines',
     'default_schedule',
     'rank_sampler',
     'TrainBatches',
