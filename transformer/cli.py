@@ -160,13 +160,14 @@ def _add_data_options(group: argparse._ArgumentGroup, trained: bool = False) -> 
 
 def _add_model_options(group: argparse._ArgumentGroup) -> None:
     lines = TRAINING_PRESETS["tiny"]["dropout_by_passes"]
-    fitted = ", ".join(f"{p:g} under {passes:g}" for passes, p in lines)
+    (first, low), *more = lines
+    fitted = " and ".join([f"{low:g} under {first:g} passes over the data"]
+                          + [f"{p:g} under {passes:g}" for passes, p in more])
     group.add_argument(
         "--dropout",
         type=_probability,
         help="P_drop of the sub-layers (paper: 0.1; tiny: "
-        f"{TransformerConfig.tiny().dropout:g}, but in a run of minutes {fitted} "
-        "passes over the data)",
+        f"{TransformerConfig.tiny().dropout:g}, but {fitted} in a run of minutes)",
     )
     group.add_argument(
         "--attention-dropout",
