@@ -211,7 +211,7 @@ TEN_MINUTES = [
     "multi30k_en_de_10min_cli_zen4_4096.json",
     "multi30k_en_de_10min_cli_zen4_2048.json",
     "multi30k_en_de_10min_cli_zen4_d01.json",
-    "multi30k_en_de_10min_cli_zen4_fitted.json",
+    "multi30k_en_de_10min_cli_zen4_lines.json",
     "multi30k_en_de_10min_cli_zen4_d0.json",
 ]
 COMPARED = [TEN_MINUTES[3:5], TEN_MINUTES[5:7]]  # (the paper's, the plan at 0.7 of the peak)
