@@ -438,8 +438,8 @@ def few_passes_dropout() -> str:
     from transformer.trainer import TRAINING_PRESETS
 
     said, none = [], []
-    for names in DROPPED:
-        high, low, zero = (_record(name) for name in names)
+    dropped = [tuple(map(_record, names)) for names in DROPPED]  # (0.3, 0.1, none) each
+    for names, (high, low, zero) in zip(DROPPED, dropped):
         rates = [{_dropout(run) for run in r["seeds"].values()} for r in (high, low, zero)]
         if rates != [{"0.3"}, {"0.1"}, {"0"}]:
             raise SystemExit(f"{names}: not P_drop 0.3, 0.1 and 0")
@@ -454,16 +454,15 @@ def few_passes_dropout() -> str:
                     f"(test2016's medians {test[0]:.2f} and {test[1]:.2f}; `{names[1]}`)")
         none.append(([zero["seeds"][seed]["val"]["bleu"] - run["val"]["bleu"] for seed, run in low["seeds"].items()],
                      test[1:], names[2]))
-    zero_slow, zero_zen4 = (_record(names[2]) for names in DROPPED)
-    low_slow, low_zen4 = (_record(names[1]) for names in DROPPED)
+    zero_slow, (_, low_zen4, zero_zen4) = dropped[0][2], dropped[1]
     if not (min(none[0][0]) > 0 and statistics.median(none[0][0]) < _val_span(zero_slow)):
         raise SystemExit(f"{DROPPED[0]}: none not above 0.1 with every seed, inside its spread at the median")
     if not (max(none[1][0]) < 0 and -statistics.median(none[1][0]) > max(map(_val_span, (low_zen4, zero_zen4)))):
         raise SystemExit(f"{DROPPED[1]}: none not below 0.1 with every seed by more than the seeds' spread")
     line = _record(PASSES)["seeds"]["0"]["batch"]
     per_pass = int(re.search(r"of ([\d,]+) updates each", line)[1].replace(",", ""))
-    slow = [run["steps"] / 2 / per_pass for name in DROPPED[0] for run in _record(name)["seeds"].values()]
-    ten = [run["steps"] / per_pass for name in DROPPED[1] for run in _record(name)["seeds"].values()]
+    slow = [run["steps"] / 2 / per_pass for record in dropped[0] for run in record["seeds"].values()]
+    ten = [run["steps"] / per_pass for record in dropped[1] for run in record["seeds"].values()]
     hour = _record("multi30k_en_de_60min_cli_zen4_planned.json")["seeds"]["0"]["steps"] / per_pass
     lines = TRAINING_PRESETS["tiny"]["dropout_by_passes"]
     chosen = [{fitted_dropout(e, lines) for e in passes} for passes in (slow, ten, [hour])]
