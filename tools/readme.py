@@ -171,9 +171,11 @@ def results() -> str:
         f"do not compare. The CPU rows ran on an {', '.join(machines)}. " + other_cpu()
         + " The results chapter keeps the older runs (EN-FR, the first hour-long runs, and the "
         "parsing chapter's §6.3) in sections marked history: their records were made before "
-        "records named their commit, so the code behind them is not known.\n\nThe same "
-        "10-minute command on each CPU model met since the records began to name it:\n\n"
-        + ten_minutes() + "\n"
+        "records named their commit, so the code behind them is not known.\n\nThe 10-minute "
+        "command (`train --data data/multi30k --src en --tgt de --max-minutes 10`, then `evaluate`) on "
+        "each CPU model met since the records began to name it: *options* are what a run gave "
+        "beyond it; the columns after say what it trained with, by its commit's defaults or by "
+        "those options:\n\n" + ten_minutes() + "\n"
     )
 
 
@@ -275,6 +277,14 @@ def _dropout(run: dict) -> str:
     return (given or fitted)[1] if given or fitted else f"{TransformerConfig.tiny().dropout:g}"
 
 
+def _options(run: dict) -> str:
+    """What the run's train command gave beyond `--max-minutes 10` (and its seed and folder)."""
+    given = re.search(r"--src en --tgt de --max-minutes 10 (.*?) ?--seed \d+ --out ", run["train"])
+    if not given:
+        raise SystemExit(f"not the 10-minute command on Multi30k EN-DE: {run['train']!r}")
+    return f"`{given[1]}`" if given[1] else "none"
+
+
 def _ten_minutes_row(name: str) -> str:
     record = _record(name)
     seeds = sorted(record["seeds"], key=int)
@@ -286,7 +296,7 @@ def _ten_minutes_row(name: str) -> str:
         return each + (f" (median {median:.2f})" if len(runs) > 2 else "")
 
     return (
-        f"| {record['machine'].removesuffix(', 2 threads')} "
+        f"| {record['machine'].removesuffix(', 2 threads')} | {_and(sorted(set(map(_options, runs))))} "
         f"| {_and(sorted(set(map(_trains_in, runs))))} | {_and(sorted(set(map(_schedule, runs))))} "
         f"| {_and(sorted(set(map(_tokens, runs))))} | {_and(sorted(set(map(_dropout, runs))))} "
         f"| {', '.join(seeds)} | {' / '.join(format(r['steps'], ',') for r in runs)} "
@@ -297,15 +307,18 @@ def _ten_minutes_row(name: str) -> str:
 def ten_minutes() -> str:
     """The 10-minute command on each CPU kind, and what the comparisons of the two schedules
     say on validation, each part of the sentence checked against the records."""
-    from transformer.trainer import TRAINING_PRESETS  # imports torch: only here
+    from transformer.runs import PEAK_SHARE  # imports torch: only here
+    from transformer.trainer import TRAINING_PRESETS
 
     tiny = TRAINING_PRESETS["tiny"]  # the preset of the CPU command
+    if PEAK_SHARE != 0.7:
+        raise SystemExit(f"the planned peak is {PEAK_SHARE} of the preset's, not the 0.7 measured")
     warmup = tiny["warmup_steps"]
     if round(1.8 / tiny["lr_scale"], 1) != 0.7:
         raise SystemExit(f"--lr-scale 1.8 is not 0.7 of the preset's {tiny['lr_scale']}, as the README says")
-    header = ["| CPU | trains in | schedule | tokens an update | P_drop | seeds | updates "
+    header = ["| CPU | options | trains in | schedule | tokens an update | P_drop | seeds | updates "
               "| validation sacreBLEU | test2016 sacreBLEU | record, commit |",
-              "|---|---|---|---|---|---|---|---|---|---|"]
+              "|---|---|---|---|---|---|---|---|---|---|---|"]
     moved = []
     for names in COMPARED:
         paper, plan = (_record(name) for name in names)
@@ -328,14 +341,17 @@ def ten_minutes() -> str:
             and max(paper["steps"], plan["steps"]) < warmup):
         raise SystemExit(f"{TEN_MINUTES[1:3]}: not a plan below the paper's, short of the warm-up")
     return "\n".join(header + [_ten_minutes_row(name) for name in TEN_MINUTES]) + (
-        f"\n\nSchedules are compared on validation. Where ten minutes pass the preset's {warmup} updates "
-        "of warm-up, the planned schedule at 0.7 of the preset's peak (`--schedule planned "
-        f"--lr-scale 1.8` at those commits) moved the median of three seeds by {_and(moved)}: less "
-        "than either schedule's spread over seeds. On the family-25 model-1 EPYC, where they do not, the "
-        f"plan at the preset's peak scored lower with seed 0. {step_budget(paper['steps'])} So the "
-        "plan at 0.7 of the peak lost by more than the seeds move the score nowhere it ran, and a run of "
-        "`--max-minutes` alone now plans its schedule by default (`--schedule paper` keeps the paper's). "
-        + half_batch(paper["steps"]) + " " + few_passes_dropout()
+        "\n\nHow a run of `--max-minutes` alone of the `tiny` preset sets its schedule, batch and "
+        "P_drop, each chosen on validation, three seeds a side (the results chapter, from [ten minutes "
+        "from the plain command](book/results.md#ten-minutes-from-the-plain-command) on, shows each "
+        "comparison and asserts each claim):\n\n"
+        f"- **Schedule:** planned for the updates the budget holds, to a peak of {PEAK_SHARE:g} of the "
+        f"preset's (`--schedule paper` keeps the paper's). On the family-25 model-1 EPYC, whose ten "
+        f"minutes end short of the preset's {warmup} updates of warm-up, the plan at the full peak scored "
+        f"lower than the paper's schedule (seed 0); at 0.7 of it (`--lr-scale 1.8` at those commits), "
+        f"{step_budget(paper['steps'])} Where ten minutes pass the warm-up, it moved the median by "
+        f"{_and(moved)}, less than either schedule's spread over seeds.\n"
+        f"- **Batch:** {half_batch(paper['steps'])}\n- **P_drop:** {few_passes_dropout()}"
     )
 
 
@@ -365,11 +381,11 @@ def step_budget(updates: int) -> str:
     hardware = paper["hardware"]
     cpu = f"family {hardware['family']} model {hardware['model']}"
     return (
-        f"In its {updates:,} updates, run as a step budget in fp32 on the {cpu} EPYC (`--max-steps "
-        f"{updates} --precision fp32`, three seeds a side; `{STEP_BUDGET[0]}` and `..._planned.json`), "
-        f"the plan at 0.7 of the peak scored above the paper's schedule on validation in {ahead} of the "
-        f"3 seeds, by a median of {paired:+.2f} seed by seed (inside either schedule's spread over "
-        f"seeds) and {gain['val']:+.2f} between the two medians; test2016's medians: {gain['test']:+.2f}."
+        f"in that EPYC's {updates:,} updates as a step budget in fp32 on the {cpu} EPYC (`--max-steps "
+        f"{updates} --precision fp32`; `{STEP_BUDGET[0]}` and `..._planned.json`), it scored above "
+        f"the paper's schedule in {ahead} of 3 seeds: {paired:+.2f} seed by seed at the median (inside "
+        f"either schedule's spread over seeds), {gain['val']:+.2f} between the medians (test2016's: "
+        f"{gain['test']:+.2f})."
     )
 
 
@@ -409,25 +425,25 @@ def half_batch(updates: int) -> str:
     if not max(at_preset[0]) < FEW_UPDATES < min(at_preset[1]):
         raise SystemExit(f"FEW_UPDATES ({FEW_UPDATES}) not between the slow CPUs' ten minutes and the others'")
     return (
-        f"Half the batch (2,048 tokens), under the default plan, three seeds a side: in the family-25 "
-        f"model-1 EPYC's budget, {steps_half['spread']['steps']['median']:,.0f} updates of 2,048 (what that "
-        f"EPYC made in ten minutes at that batch) against its {updates:,} of 4,096, each a step budget in "
-        f"fp32, scored {steps[0]} on validation seed by seed (median {steps[1]:+.2f}; the medians "
-        f"{steps[2]['val']:+.2f}, test2016's {steps[2]['test']:+.2f}; `{HALVED_STEPS}`). In ten minutes on "
-        f"the Zen 4, where 2,048 tokens made {made[1]:,.0f} updates (median) and 4,096 made {made[0]:,.0f}, "
-        f"it scored {zen4[0]} (median {zen4[1]:+.2f}, inside either batch's spread over seeds; test2016's "
-        f"medians {zen4[2]['test']:+.2f}). So a run of `--max-minutes` alone of the `tiny` preset now times "
-        f"one update before its first and halves its batch when the budget holds fewer than "
-        f"{FEW_UPDATES:,} of them: ten minutes on the two EPYCs without native bf16 ({_and(sorted(set(f'{u:,}' for u in at_preset[0])))} "
-        f"updates at 4,096), not on the Xeon or the Zen 4 ({min(at_preset[1]):,} or more) nor the Zen 4's hour "
-        f"({hour:,}); `--max-tokens` names a batch."
+        f"halved, to 2,048 tokens, when the budget holds fewer than {FEW_UPDATES:,} updates of the "
+        f"preset's 4,096, as the run projects from one update it times before its first (`--max-tokens` "
+        f"names a batch). In the family-25 model-1 EPYC's budget "
+        f"({steps_half['spread']['steps']['median']:,.0f} updates of 2,048, what it made in ten minutes "
+        f"at that batch, against its {updates:,} of 4,096, each a step budget in fp32; `{HALVED_STEPS}`), "
+        f"half the batch scored {steps[0]} seed by seed (median {steps[1]:+.2f}; test2016's medians "
+        f"{steps[2]['test']:+.2f}). In ten minutes on the Zen 4 ({made[1]:,.0f} updates at the median "
+        f"against {made[0]:,.0f}) it scored {zen4[0]}, inside either batch's spread over seeds (test2016's "
+        f"medians {zen4[2]['test']:+.2f}), and there the batch is kept. Ten minutes held fewer than "
+        f"{FEW_UPDATES:,} on the two EPYCs without native bf16 "
+        f"({_and(sorted(set(f'{u:,}' for u in at_preset[0])))} updates), more on the Xeon and the Zen 4 "
+        f"({min(at_preset[1]):,} or more) and in the Zen 4's hour ({hour:,})."
     )
 
 
 def _none(compared: tuple[list[float], list[float], str]) -> str:
     """No dropout against 0.1: the validation margins seed by seed, test2016's medians, the record."""
     margins, (test_01, test_0), name = compared
-    return f"{' / '.join(f'{m:+.2f}' for m in margins)}, test2016's median from {test_01:.2f} to {test_0:.2f} (`{name}`)"
+    return f"{' / '.join(f'{m:+.2f}' for m in margins)} seed by seed, test2016's median from {test_01:.2f} to {test_0:.2f}; `{name}`"
 
 
 def few_passes_dropout() -> str:
@@ -450,8 +466,8 @@ def few_passes_dropout() -> str:
         if not (min(margins) > 0 and statistics.median(margins) > max(_val_span(high), _val_span(low))):
             raise SystemExit(f"{names}: 0.1 not above 0.3 with every seed by more than the seeds' spread")
         test = [round(r["spread"]["test_bleu"]["median"], 2) for r in (high, low, zero)]  # as printed
-        said.append(f"{' / '.join(f'{m:+.2f}' for m in margins)} on validation seed by seed "
-                    f"(test2016's medians {test[0]:.2f} and {test[1]:.2f}; `{names[1]}`)")
+        said.append(f"{' / '.join(f'{m:+.2f}' for m in margins)} seed by seed, test2016's median from "
+                    f"{test[0]:.2f} to {test[1]:.2f}; `{names[1]}`")
         none.append(([zero["seeds"][seed]["val"]["bleu"] - run["val"]["bleu"] for seed, run in low["seeds"].items()],
                      test[1:], names[2]))
     zero_slow, (_, low_zen4, zero_zen4) = dropped[0][2], dropped[1]
@@ -470,18 +486,18 @@ def few_passes_dropout() -> str:
         raise SystemExit(f"the tiny preset's lines {lines} do not give each budget the rate it scored highest at "
                          "(the hour: the preset's, the rate it was run at)")
     (low_line, _), (high_line, _) = lines
+    slow_passes, ten_passes = f"{statistics.median(slow):.1f}", f"{min(ten):.0f} to {max(ten):.0f}"
     return (
-        f"P_drop 0.1, the paper's, against the preset's 0.3, three seeds a side: in that budget of the "
-        f"family-25 model-1 EPYC, at 2,048 tokens, it scored {said[0]}; in ten minutes on the Zen 4, "
-        f"{said[1]}: above with every seed, the median margin more than either rate's spread over seeds. "
-        f"No dropout against 0.1, on validation seed by seed: in that budget {_none(none[0])}, above with every "
-        f"seed but at the median by less than no dropout's spread over seeds ({_val_span(zero_slow):.2f}); in ten "
-        f"minutes on the Zen 4 {_none(none[1])}, below with every seed by more than either rate's spread. "
-        f"So the same timing now also sets P_drop from the passes over the data the budget holds: none "
-        f"under {low_line:g}, 0.1 under {high_line:g}. One pass over Multi30k is {per_pass:,} updates of "
-        f"4,096 tokens (`{PASSES}`): that budget made {statistics.median(slow):.1f} passes, the Zen 4's ten "
-        f"minutes {min(ten):.0f} to {max(ten):.0f} and its hour {hour:.0f}, which keeps 0.3, the only rate it was run at; "
-        "`--dropout` names a rate."
+        f"set by the passes over the data the budget holds, from the same timed update: none under "
+        f"{low_line:g}, the paper's 0.1 under {high_line:g}, the preset's 0.3 beyond (`--dropout` names "
+        f"a rate). One pass over Multi30k is {per_pass:,} updates of 4,096 tokens (`{PASSES}`). Against "
+        f"the preset's 0.3, 0.1 scored higher with every seed, at the median by more than either rate's "
+        f"spread over seeds, in that EPYC's budget at 2,048 tokens ({slow_passes} passes: {said[0]}) and "
+        f"in ten minutes on the Zen 4 ({ten_passes} passes: {said[1]}). Against 0.1, none scored higher "
+        f"with every seed at {slow_passes} passes ({_none(none[0])}), though at the median by less than "
+        f"its own spread over seeds ({_val_span(zero_slow):.2f}), and lower with every seed, by more than "
+        f"either rate's spread, at {ten_passes} ({_none(none[1])}). The Zen 4's hour ({hour:.0f} passes) "
+        "keeps 0.3, the only rate it was run at."
     )
 
 
