@@ -231,7 +231,7 @@ TRAINING_PRESETS: dict[str, dict] = {
         "lr_scale": 2.53,  # their peak 0.005 = 2.53 * 128^-0.5 * 2000^-0.5
         "keep_checkpoints": 10,
         "fit_batch": True,  # max_tokens halved for a budget of few updates (Runs)
-        "dropout_by_passes": ((8, 0.0), (30, 0.1)),  # P_drop of a short budget (Runs)
+        "dropout_by_passes": ((10, 0.0), (30, 0.1)),  # P_drop of a short budget (Runs)
     },
     "base": {"vocab_size": 37000, "max_tokens": 25000, "warmup_steps": 4000},
     "big": {
