@@ -226,14 +226,14 @@ HALVED_STEPS = "multi30k_en_de_1275steps_fp32_2048.json"
 PASSES = "multi30k_en_de_passes.json"  # a short run whose log says the updates of a pass
 DROPPED = [(HALVED_STEPS, "multi30k_en_de_1275steps_fp32_2048_d01.json", "multi30k_en_de_1275steps_fp32_2048_d0.json"),
            (HALVED[0], TEN_MINUTES[9], TEN_MINUTES[11])]
-# The family-25 model-1 EPYC's updates in ten minutes, as a step budget in fp32, on another CPU:
-# the paper's schedule and the plan at 0.7 of the peak, three seeds each, in turn
 # The slow CPU's ten minutes at half the batch (at the commit of TEN_MINUTES[1], at the preset's)
 HALVED_MINUTES = "multi30k_en_de_10min_cli_f25_planned_2048.json"
 F25_LINEAR = "multi30k_en_de_10min_cli_f25_planned_linear.json"  # its plan at 4,096, that commit
 # About the lower line: 0.1 and none in step budgets between the slow CPU's and the Zen 4's
 NEAR_LINE = [(f"multi30k_en_de_{steps}steps_2048_d01.json", f"multi30k_en_de_{steps}steps_2048_d0.json")
              for steps in (1800, 2250)]
+# The family-25 model-1 EPYC's updates in ten minutes, as a step budget in fp32, on another CPU:
+# the paper's schedule and the plan at 0.7 of the peak, three seeds each, in turn
 STEP_BUDGET = ["multi30k_en_de_675steps_fp32_paper.json", "multi30k_en_de_675steps_fp32_planned.json"]
 
 
@@ -483,7 +483,6 @@ def few_passes_dropout() -> str:
         raise SystemExit(f"{DROPPED[1]}: none not below 0.1 with every seed by more than the seeds' spread")
     line = _record(PASSES)["seeds"]["0"]["batch"]
     per_pass = int(re.search(r"of ([\d,]+) updates each", line)[1].replace(",", ""))
-    # the slow CPU's gain in updates from halving its batch, its ten minutes at one commit
     # what halving bought in updates: the slow EPYC's ten minutes (one commit), the Zen 4's (medians)
     halved, *full = map(_record, (HALVED_MINUTES, TEN_MINUTES[1], F25_LINEAR))
     if len({r["git"]["commit"] for r in (halved, *full)}) > 1 or [
@@ -525,6 +524,7 @@ def few_passes_dropout() -> str:
         raise SystemExit(f"the tiny preset's lines {lines} do not give each budget the rate it scored highest at "
                          "(the hour: the preset's, the rate it was run at)")
     (low_line, _), (high_line, _) = lines
+
     def span(values: list[float]) -> str:
         return f"{min(values):.1f} to {max(values):.1f}"
 
