@@ -175,7 +175,8 @@ def results() -> str:
         "command (`train --data data/multi30k --src en --tgt de --max-minutes 10`, then `evaluate`) on "
         "each CPU model met since the records began to name it: *options* are what a run gave "
         "beyond it; the columns after say what it trained with, by its commit's defaults or by "
-        "those options:\n\n" + ten_minutes() + "\n"
+        "those options; the rows of 1 thread are the Zen 4 standing in for a slow CPU (the **Together** "
+        "bullet below):\n\n" + ten_minutes() + "\n"
     )
 
 
@@ -232,6 +233,10 @@ F25_LINEAR = "multi30k_en_de_10min_cli_f25_planned_linear.json"  # its plan at 4
 # About the lower line: 0.1 and none in step budgets between the slow CPU's and the Zen 4's
 NEAR_LINE = [(f"multi30k_en_de_{steps}steps_2048_d01.json", f"multi30k_en_de_{steps}steps_2048_d0.json")
              for steps in (1800, 2250)]
+# The plain command against the defaults from before the fitting, at a slow CPU's rate on a
+# stand-in: the Zen 4 held to AVX2 and one thread a run, two runs at once, seeds side by side
+STAND_IN = ["multi30k_en_de_10min_cli_zen4held_2runs_plain.json",
+            "multi30k_en_de_10min_cli_zen4held_2runs_unfitted.json"]
 # The family-25 model-1 EPYC's updates in ten minutes, as a step budget in fp32, on another CPU:
 # the paper's schedule and the plan at 0.7 of the peak, three seeds each, in turn
 STEP_BUDGET = ["multi30k_en_de_675steps_fp32_paper.json", "multi30k_en_de_675steps_fp32_planned.json"]
@@ -346,7 +351,7 @@ def ten_minutes() -> str:
     if not (paper["val"]["bleu"] > plan["val"]["bleu"] and _schedule(plan).startswith("planned")
             and max(paper["steps"], plan["steps"]) < warmup):
         raise SystemExit(f"{TEN_MINUTES[1:3]}: not a plan below the paper's, short of the warm-up")
-    return "\n".join(header + [_ten_minutes_row(name) for name in TEN_MINUTES]) + (
+    return "\n".join(header + [_ten_minutes_row(name) for name in TEN_MINUTES + STAND_IN]) + (
         "\n\nHow a run of `--max-minutes` alone of the `tiny` preset sets its schedule, batch and "
         "P_drop, each chosen on validation, three seeds a side (the results chapter, from [ten minutes "
         "from the plain command](book/results.md#ten-minutes-from-the-plain-command) on, shows each "
@@ -357,7 +362,8 @@ def ten_minutes() -> str:
         f"lower than the paper's schedule (seed 0); at 0.7 of it (`--lr-scale 1.8` in the records' commands; the default plan's peak since), "
         f"{step_budget(paper['steps'])} Where ten minutes pass the warm-up, it moved the median by "
         f"{_and(moved)}, less than either schedule's spread over seeds.\n"
-        f"- **Batch:** {half_batch(paper['steps'])}\n- **P_drop:** {few_passes_dropout()}"
+        f"- **Batch:** {half_batch(paper['steps'])}\n- **P_drop:** {few_passes_dropout()}\n"
+        f"- **Together:** {together(paper['steps'])}"
     )
 
 
@@ -552,6 +558,38 @@ def few_passes_dropout() -> str:
         f"about where a run stops halving its batch ({FEW_UPDATES:,} updates, {FEW_UPDATES / per_pass:.1f} passes); below it every budget measured ran "
         f"at half the batch, so dropout's part and the batch's are not told apart. The Zen 4's hour "
         f"({hour:.0f} passes) keeps 0.3, the only rate it was run at."
+    )
+
+
+def together(updates: int) -> str:
+    """The plain command against the old defaults at the rate of the family-25 model-1 EPYC,
+    which made `updates` in ten minutes, on the stand-in; each part checked against the records."""
+    plain, unfitted = map(_record, STAND_IN)
+    hardware = plain["hardware"]
+    if plain["git"] != unfitted["git"] or hardware != unfitted["hardware"] or hardware.get("isa_limits") != {
+            "ATEN_CPU_CAPABILITY": "avx2", "ONEDNN_MAX_CPU_ISA": "AVX2"} or hardware["threads"] != 1:
+        raise SystemExit(f"{STAND_IN}: not one commit on the Zen 4 held to AVX2 and one thread")
+    old = " --schedule paper --max-tokens 4096 --dropout 0.3 --seed"
+    if plain["seeds"].keys() != unfitted["seeds"].keys() or not all(
+            run["train"].split(" --out")[0].replace(" --seed", old) == unfitted["seeds"][seed]["train"].split(" --out")[0]
+            and run["batch"].startswith("batch halved") and ", P_drop 0 " in run["batch"]
+            for seed, run in plain["seeds"].items()):
+        raise SystemExit(f"{STAND_IN}: not the plain command, halved and without dropout, against the old defaults")
+    projected = statistics.median(int(re.search(r"about ([\d,]+) in 10 min", run["batch"])[1].replace(",", ""))
+                                  for run in plain["seeds"].values())
+    margins = [run["val"]["bleu"] - unfitted["seeds"][seed]["val"]["bleu"] for seed, run in plain["seeds"].items()]
+    if not (abs(projected / updates - 1) < 0.1 and min(margins) > max(map(_val_span, (plain, unfitted)))):
+        raise SystemExit(f"{STAND_IN}: not that EPYC's rate, or not higher with every seed by more than the spread")
+    test = [round(r["spread"]["test_bleu"]["median"], 2) for r in (unfitted, plain)]  # as printed
+    return (
+        f"at a slow CPU's rate, on a stand-in: the Zen 4 held to AVX2 (`ATEN_CPU_CAPABILITY=avx2 "
+        f"ONEDNN_MAX_CPU_ISA=AVX2`, so it trains in fp32) and one thread a run, two runs at once, whose "
+        f"first update projected a median of {projected:,} updates of 4,096 in ten minutes (the "
+        f"family-25 model-1 EPYC made {updates:,}). There the plain command, which halved its batch and "
+        f"dropped P_drop to 0, scored {' / '.join(f'{m:+.2f}' for m in margins)} seed by seed on "
+        f"validation against the old defaults given by name (`--schedule paper --max-tokens 4096 "
+        f"--dropout 0.3`), run beside it; test2016's median from {test[0]:.2f} to {test[1]:.2f} "
+        f"(`{STAND_IN[0]}` and `..._unfitted.json`)."
     )
 
 
