@@ -233,10 +233,11 @@ F25_LINEAR = "multi30k_en_de_10min_cli_f25_planned_linear.json"  # its plan at 4
 # About the lower line: 0.1 and none in step budgets between the slow CPU's and the Zen 4's
 NEAR_LINE = [(f"multi30k_en_de_{steps}steps_2048_d01.json", f"multi30k_en_de_{steps}steps_2048_d0.json")
              for steps in (1800, 2250)]
-# The plain command against the defaults from before the fitting, at a slow CPU's rate on a
-# stand-in: the Zen 4 held to AVX2 and one thread a run, two runs at once, seeds side by side
-STAND_IN = ["multi30k_en_de_10min_cli_zen4held_2runs_plain.json",
-            "multi30k_en_de_10min_cli_zen4held_2runs_unfitted.json"]
+# The plain command against the defaults from before the fitting, at slow CPUs' rates on a
+# stand-in: the Zen 4 held to AVX2 and one thread a run, two runs at once (the commands side by
+# side) or three (each command's seeds at once, in turn)
+STAND_IN = {f"multi30k_en_de_10min_cli_zen4held_{runs}runs_{name}.json": f", {word} runs at once"
+            for runs, word in ((2, "two"), (3, "three")) for name in ("plain", "unfitted")}
 # The family-25 model-1 EPYC's updates in ten minutes, as a step budget in fp32, on another CPU:
 # the paper's schedule and the plan at 0.7 of the peak, three seeds each, in turn
 STEP_BUDGET = ["multi30k_en_de_675steps_fp32_paper.json", "multi30k_en_de_675steps_fp32_planned.json"]
@@ -296,7 +297,8 @@ def _options(run: dict) -> str:
     return f"`{given[1]}`" if given[1] else "none"
 
 
-def _ten_minutes_row(name: str) -> str:
+def _ten_minutes_row(name: str, sharing: str = "") -> str:
+    """The record's row; `sharing`: how many runs shared the machine's cores, where more than one."""
     record = _record(name)
     seeds = sorted(record["seeds"], key=int)
     runs = [record["seeds"][seed] for seed in seeds]
@@ -307,7 +309,7 @@ def _ten_minutes_row(name: str) -> str:
         return each + (f" (median {median:.2f})" if len(runs) > 2 else "")
 
     return (
-        f"| {record['machine'].removesuffix(', 2 threads')} | {_and(sorted(set(map(_options, runs))))} "
+        f"| {record['machine'].removesuffix(', 2 threads')}{sharing} | {_and(sorted(set(map(_options, runs))))} "
         f"| {_and(sorted(set(map(_trains_in, runs))))} | {_and(sorted(set(map(_schedule, runs))))} "
         f"| {_and(sorted(set(map(_tokens, runs))))} | {_and(sorted(set(map(_dropout, runs))))} "
         f"| {', '.join(seeds)} | {' / '.join(format(r['steps'], ',') for r in runs)} "
@@ -351,7 +353,8 @@ def ten_minutes() -> str:
     if not (paper["val"]["bleu"] > plan["val"]["bleu"] and _schedule(plan).startswith("planned")
             and max(paper["steps"], plan["steps"]) < warmup):
         raise SystemExit(f"{TEN_MINUTES[1:3]}: not a plan below the paper's, short of the warm-up")
-    return "\n".join(header + [_ten_minutes_row(name) for name in TEN_MINUTES + STAND_IN]) + (
+    return "\n".join(header + [_ten_minutes_row(name) for name in TEN_MINUTES]
+                     + [_ten_minutes_row(*item) for item in STAND_IN.items()]) + (
         "\n\nHow a run of `--max-minutes` alone of the `tiny` preset sets its schedule, batch and "
         "P_drop, each chosen on validation, three seeds a side (the results chapter, from [ten minutes "
         "from the plain command](book/results.md#ten-minutes-from-the-plain-command) on, shows each "
@@ -562,34 +565,43 @@ def few_passes_dropout() -> str:
 
 
 def together(updates: int) -> str:
-    """The plain command against the old defaults at the rate of the family-25 model-1 EPYC,
-    which made `updates` in ten minutes, on the stand-in; each part checked against the records."""
-    plain, unfitted = map(_record, STAND_IN)
-    hardware = plain["hardware"]
-    if plain["git"] != unfitted["git"] or hardware != unfitted["hardware"] or hardware.get("isa_limits") != {
-            "ATEN_CPU_CAPABILITY": "avx2", "ONEDNN_MAX_CPU_ISA": "AVX2"} or hardware["threads"] != 1:
-        raise SystemExit(f"{STAND_IN}: not one commit on the Zen 4 held to AVX2 and one thread")
-    old = " --schedule paper --max-tokens 4096 --dropout 0.3 --seed"
-    if plain["seeds"].keys() != unfitted["seeds"].keys() or not all(
-            run["train"].split(" --out")[0].replace(" --seed", old) == unfitted["seeds"][seed]["train"].split(" --out")[0]
-            and run["batch"].startswith("batch halved") and ", P_drop 0 " in run["batch"]
-            for seed, run in plain["seeds"].items()):
-        raise SystemExit(f"{STAND_IN}: not the plain command, halved and without dropout, against the old defaults")
+    """The plain command against the old defaults on the stand-in, at the rate of the
+    family-25 model-1 EPYC, which made `updates` in ten minutes, and below the family-23 one's;
+    each part checked against the records."""
+    said, records = [], list(map(_record, STAND_IN))
+    for plain, unfitted in (records[:2], records[2:]):
+        hardware = plain["hardware"]
+        if plain["git"] != unfitted["git"] or hardware != unfitted["hardware"] or hardware.get("isa_limits") != {
+                "ATEN_CPU_CAPABILITY": "avx2", "ONEDNN_MAX_CPU_ISA": "AVX2"} or hardware["threads"] != 1:
+            raise SystemExit(f"{list(STAND_IN)}: not one commit on the Zen 4 held to AVX2 and one thread")
+        old = " --schedule paper --max-tokens 4096 --dropout 0.3 --seed"
+        if plain["seeds"].keys() != unfitted["seeds"].keys() or not all(
+                run["train"].split(" --out")[0].replace(" --seed", old) == unfitted["seeds"][seed]["train"].split(" --out")[0]
+                and run["batch"].startswith("batch halved") and ", P_drop 0 " in run["batch"]
+                for seed, run in plain["seeds"].items()):
+            raise SystemExit(f"{list(STAND_IN)}: not the plain command, halved and without dropout, against the old defaults")
+        margins = [run["val"]["bleu"] - unfitted["seeds"][seed]["val"]["bleu"] for seed, run in plain["seeds"].items()]
+        if not min(margins) > max(map(_val_span, (plain, unfitted))):
+            raise SystemExit(f"{list(STAND_IN)}: the plain command not higher with every seed by more than the spread")
+        test = [round(r["spread"]["test_bleu"]["median"], 2) for r in (unfitted, plain)]  # as printed
+        said.append((plain, unfitted, f"{' / '.join(f'{m:+.2f}' for m in margins)} seed by seed on validation, "
+                     f"test2016's median from {test[0]:.2f} to {test[1]:.2f}"))
+    (plain2, _, two), (_, unfitted3, three) = said
     projected = statistics.median(int(re.search(r"about ([\d,]+) in 10 min", run["batch"])[1].replace(",", ""))
-                                  for run in plain["seeds"].values())
-    margins = [run["val"]["bleu"] - unfitted["seeds"][seed]["val"]["bleu"] for seed, run in plain["seeds"].items()]
-    if not (abs(projected / updates - 1) < 0.1 and min(margins) > max(map(_val_span, (plain, unfitted)))):
-        raise SystemExit(f"{STAND_IN}: not that EPYC's rate, or not higher with every seed by more than the spread")
-    test = [round(r["spread"]["test_bleu"]["median"], 2) for r in (unfitted, plain)]  # as printed
+                                  for run in plain2["seeds"].values())
+    family23 = _record(TEN_MINUTES[0])["seeds"]["0"]["steps"]
+    made3 = [run["steps"] for run in unfitted3["seeds"].values()]
+    if not (abs(projected / updates - 1) < 0.1 and max(made3) < family23):
+        raise SystemExit(f"{list(STAND_IN)}: not the family-25 model-1 EPYC's rate, or not below the family-23 one's")
     return (
-        f"at a slow CPU's rate, on a stand-in: the Zen 4 held to AVX2 (`ATEN_CPU_CAPABILITY=avx2 "
-        f"ONEDNN_MAX_CPU_ISA=AVX2`, so it trains in fp32) and one thread a run, two runs at once, whose "
-        f"first update projected a median of {projected:,} updates of 4,096 in ten minutes (the "
-        f"family-25 model-1 EPYC made {updates:,}). There the plain command, which halved its batch and "
-        f"dropped P_drop to 0, scored {' / '.join(f'{m:+.2f}' for m in margins)} seed by seed on "
-        f"validation against the old defaults given by name (`--schedule paper --max-tokens 4096 "
-        f"--dropout 0.3`), run beside it; test2016's median from {test[0]:.2f} to {test[1]:.2f} "
-        f"(`{STAND_IN[0]}` and `..._unfitted.json`)."
+        f"on a stand-in for the CPUs without native bf16: the Zen 4 held to AVX2 (`ATEN_CPU_CAPABILITY=avx2 "
+        f"ONEDNN_MAX_CPU_ISA=AVX2`, so it trains in fp32) and one thread a run. With two runs at once, the "
+        f"update each timed projected a median of {projected:,} updates of 4,096 in ten minutes (the family-25 "
+        f"model-1 EPYC made {updates:,}); there the plain command, which halved its batch and dropped P_drop "
+        f"to 0, scored {two} against the old defaults given by name (`--schedule paper --max-tokens 4096 "
+        f"--dropout 0.3`), run beside it (`{next(iter(STAND_IN))}` and `..._unfitted.json`). With three runs at once, "
+        f"where the old defaults made {min(made3):,} to {max(made3):,} updates (the family-23 EPYC made "
+        f"{family23:,}), it scored {three} (`..._3runs_plain.json` and `..._unfitted.json`)."
     )
 
 
