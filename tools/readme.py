@@ -242,6 +242,8 @@ STAND_IN = {f"multi30k_en_de_10min_cli_zen4held_{runs}runs_{name}.json": f", {wo
 # The family-25 model-1 EPYC's updates in ten minutes, as a step budget in fp32, on another CPU:
 # the paper's schedule and the plan at 0.7 of the peak, three seeds each, in turn
 STEP_BUDGET = ["multi30k_en_de_675steps_fp32_paper.json", "multi30k_en_de_675steps_fp32_planned.json"]
+# The same budget at the preset's batch but for P_drop: the paper's 0.1 and none, side by side
+AT_FULL_BATCH = ["multi30k_en_de_675steps_fp32_planned_d01.json", "multi30k_en_de_675steps_fp32_planned_d0.json"]
 
 
 def _val_span(record: dict) -> float:
@@ -462,6 +464,38 @@ def _none(compared: tuple[list[float], list[float], str]) -> str:
     return f"{' / '.join(f'{m:+.2f}' for m in margins)} seed by seed, test2016's median from {test_01:.2f} to {test_0:.2f}; `{name}`"
 
 
+def _dropout_or_batch(zero_half: dict) -> str:
+    """P_drop's part and the batch's, told apart in the slow CPU's budget: the paper's rate and
+    none at the preset's batch there, then halving at none (`zero_half`), checked."""
+    high, low, zero = map(_record, (STEP_BUDGET[1], *AT_FULL_BATCH))
+    runs = [run for r in (high, low, zero) for run in r["seeds"].values()]
+    steps = _record(STEP_BUDGET[0])["seeds"]["0"]["steps"]  # that EPYC's, as a step budget
+    if {run["steps"] for run in runs} != {steps} or not all(
+            "fp32)" in run["training"] and "--max-tokens" not in run["train"] for run in runs) or [
+            {_dropout(run) for run in r["seeds"].values()} for r in (high, low, zero)] != [{"0.3"}, {"0.1"}, {"0"}]:
+        raise SystemExit(f"{STEP_BUDGET[1]}, {AT_FULL_BATCH}: not {steps} updates at the preset's batch in fp32, "
+                         "P_drop 0.3, 0.1 and 0")
+
+    def margins(a: dict, b: dict) -> list[float]:
+        return [b["seeds"][seed]["val"]["bleu"] - run["val"]["bleu"] for seed, run in a["seeds"].items()]
+
+    none, halving = margins(low, zero), margins(zero, zero_half)
+    if not (min(none) > 0 and min(halving) > 0
+            and statistics.median(halving) < min(_val_span(zero), _val_span(zero_half))):
+        raise SystemExit(f"{AT_FULL_BATCH}: none not above 0.1 with every seed at the preset's batch, or halving "
+                         "not higher with every seed inside the seeds' spread")
+    val = [round(r["spread"]["val_bleu"]["median"], 2) for r in (high, low, zero, zero_half)]  # as printed
+    if val != sorted(val) or val[2] - val[0] < 5 * (val[3] - val[2]):
+        raise SystemExit(f"{AT_FULL_BATCH}: P_drop not most of the rise at the median")
+    return (f"At the preset's batch in that EPYC's budget ({steps:,} updates of 4,096 as a step budget in fp32; 0.1 and none "
+            f"one thread a run, side by side: `{AT_FULL_BATCH[1]}` and `..._d01.json`), the three rates scored in the same order "
+            f"(validation medians {val[0]:.2f}, {val[1]:.2f}, {val[2]:.2f}; none above 0.1 with every seed: "
+            f"{' / '.join(f'{m:+.2f}' for m in none)}), and halving the batch at none added "
+            f"{' / '.join(f'{m:+.2f}' for m in halving)} seed by seed, less than either batch's spread at the median: "
+            f"of the rise from {val[0]:.2f} to {val[3]:.2f}, P_drop made {val[2] - val[0]:+.2f} and the batch "
+            f"{val[3] - val[2]:+.2f}.")
+
+
 def few_passes_dropout() -> str:
     """P_drop 0.3 (the preset's), 0.1 (the paper's) and none in the slow CPU's budget and in ten
     minutes on the Zen 4, and the lines the preset draws from them, each part checked against
@@ -559,8 +593,7 @@ def few_passes_dropout() -> str:
         f"({_none(said_near[0])} and `..._d01.json`), and even (higher with one seed, lower with the others, "
         f"the median inside either rate's spread) at {span(near[1])} ({_none(said_near[1])} and "
         f"`..._d01.json`). The lower line lies above every count of the first and within those of the second, "
-        f"about where a run stops halving its batch ({FEW_UPDATES:,} updates, {FEW_UPDATES / per_pass:.1f} passes); below it every budget measured ran "
-        f"at half the batch, so dropout's part and the batch's are not told apart. The Zen 4's hour "
+        f"about where a run stops halving its batch ({FEW_UPDATES:,} updates, {FEW_UPDATES / per_pass:.1f} passes). {_dropout_or_batch(zero_slow)} The Zen 4's hour "
         f"({hour:.0f} passes) keeps 0.3, the only rate it was run at."
     )
 
