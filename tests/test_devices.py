@@ -1,8 +1,11 @@
 """Tests of transformer/devices.py (book/devices.md)."""
 
+from types import SimpleNamespace
+
 import pytest
 import torch
 
+from transformer import devices
 from transformer.devices import (
     all_gather,
     autocast,
@@ -45,6 +48,23 @@ def test_auto_takes_bf16_on_a_cpu_only_where_its_products_are_faster():
         assert speedup < 1, f"bf16 emulated, yet measured {speedup:.2f}x the speed of fp32"
     expected = torch.bfloat16 if speedup >= 1.5 else None
     assert autocast_dtype("auto", torch.device("cpu")) is expected
+
+
+def test_a_pause_in_one_product_does_not_decide_the_precision(monkeypatch):
+    """A hand-worked clock: fp32 products take 3 ms and bf16 ones 1 ms, but the machine
+    pauses for 100 ms in one bf16 product. The speedup is 3 (the fastest of each), where
+    the sums (15 ms over 104 ms) would say bf16 is seven times slower."""
+    durations = iter([3e-3] * 5 + [1e-3, 1e-3, 100e-3, 1e-3, 1e-3])
+    now, started = [0.0], [False]
+
+    def clock() -> float:  # each product's start, then its end
+        if started[0]:
+            now[0] += next(durations)
+        started[0] = not started[0]
+        return now[0]
+
+    monkeypatch.setattr(devices, "time", SimpleNamespace(perf_counter=clock))
+    assert devices._bf16_speedup(8, 5) == pytest.approx(3.0)
 
 
 def test_one_process_is_the_identity():
