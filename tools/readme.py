@@ -603,55 +603,47 @@ def few_passes_dropout() -> str:
     )
 
 
-def _at_full_speed() -> str:
-    """The plain command against the old defaults on the Zen 4 at full speed, checked."""
-    plain, unfitted = map(_record, FULL_SPEED)
+def _against_old(names: list[str], limits: dict | None, threads: int, fits: tuple[str, str], precision: str
+                 ) -> tuple[dict, dict, str]:
+    """The plain command's record against the old defaults' (`names`), checked: one commit on the Zen 4 under
+    `limits` (None: none) and `threads`; the same commands but for the old defaults; the plain command's log
+    begins with `fits` ("batch kept" and P_drop "0.1", say) and both trained in `precision`; higher with every
+    seed by more than either's spread. Returns the two records and what the plain command scored."""
+    plain, unfitted = map(_record, names)
     hardware = plain["hardware"]
-    if plain["git"] != unfitted["git"] or hardware != unfitted["hardware"] or "isa_limits" in hardware or (
-            hardware["family"], hardware["model"], hardware["threads"]) != (25, 17, 2):
-        raise SystemExit(f"{FULL_SPEED}: not one commit on the Zen 4 at full speed, two threads")
+    if plain["git"] != unfitted["git"] or hardware != unfitted["hardware"] or hardware.get("isa_limits") != limits or (
+            hardware["family"], hardware["model"], hardware["threads"]) != (25, 17, threads):
+        raise SystemExit(f"{names}: not one commit on the Zen 4 with {limits}, {threads} thread(s)")
     old = " --schedule paper --max-tokens 4096 --dropout 0.3 --seed"
     if plain["seeds"].keys() != unfitted["seeds"].keys() or not all(
             run["train"].split(" --out")[0].replace(" --seed", old) == unfitted["seeds"][seed]["train"].split(" --out")[0]
-            and run["batch"].startswith("batch kept") and ", P_drop 0.1 " in run["batch"]
-            and "bfloat16)" in run["training"] and "bfloat16)" in unfitted["seeds"][seed]["training"]
+            and run["batch"].startswith(fits[0]) and f", P_drop {fits[1]} " in run["batch"]
+            and f"{precision})" in run["training"] and f"{precision})" in unfitted["seeds"][seed]["training"]
             for seed, run in plain["seeds"].items()):
-        raise SystemExit(f"{FULL_SPEED}: not the plain command in bf16, its batch kept and P_drop 0.1, against the old defaults")
+        raise SystemExit(f"{names}: not the plain command ({fits}, {precision}) against the old defaults")
     margins = [run["val"]["bleu"] - unfitted["seeds"][seed]["val"]["bleu"] for seed, run in plain["seeds"].items()]
     if not min(margins) > max(map(_val_span, (plain, unfitted))):
-        raise SystemExit(f"{FULL_SPEED}: the plain command not higher with every seed by more than the spread")
+        raise SystemExit(f"{names}: the plain command not higher with every seed by more than the spread")
     test = [round(r["spread"]["test_bleu"]["median"], 2) for r in (unfitted, plain)]  # as printed
+    return plain, unfitted, (f"{' / '.join(f'{m:+.2f}' for m in margins)} seed by seed on validation, "
+                             f"test2016's median from {test[0]:.2f} to {test[1]:.2f}")
+
+
+def _at_full_speed() -> str:
+    """The plain command against the old defaults on the Zen 4 at full speed, checked."""
+    *_, scored = _against_old(FULL_SPEED, None, 2, ("batch kept", "0.1"), "bfloat16")
     return (f"On the Zen 4 at full speed (bf16, two threads), where the plain command kept its batch and set P_drop to "
-            f"0.1, it scored {' / '.join(f'{m:+.2f}' for m in margins)} seed by seed on validation, test2016's median "
-            f"from {test[0]:.2f} to {test[1]:.2f} (`{FULL_SPEED[0]}` and `..._unfitted.json`, the plain command's seeds "
-            f"first, then the old defaults'). ")
+            f"0.1, it scored {scored} (`{FULL_SPEED[0]}` and `..._unfitted.json`, the plain command's seeds first, then "
+            f"the old defaults'). ")
 
 
 def together(updates: int) -> str:
     """The plain command against the old defaults on the stand-in, a little slower than the
     family-25 model-1 EPYC, which made `updates` in ten minutes, and slower than the family-23
     one; each part checked against the records."""
-    said = []
-    for runs in (2, 3):
-        plain, unfitted = (_record(f"multi30k_en_de_10min_cli_zen4held_{runs}runs_{name}.json")
-                           for name in ("plain", "unfitted"))
-        hardware = plain["hardware"]
-        if plain["git"] != unfitted["git"] or hardware != unfitted["hardware"] or hardware.get("isa_limits") != {
-                "ATEN_CPU_CAPABILITY": "avx2", "ONEDNN_MAX_CPU_ISA": "AVX2"} or hardware["threads"] != 1:
-            raise SystemExit(f"{list(STAND_IN)}: not one commit on the Zen 4 held to AVX2 and one thread")
-        old = " --schedule paper --max-tokens 4096 --dropout 0.3 --seed"
-        if plain["seeds"].keys() != unfitted["seeds"].keys() or not all(
-                run["train"].split(" --out")[0].replace(" --seed", old) == unfitted["seeds"][seed]["train"].split(" --out")[0]
-                and run["batch"].startswith("batch halved") and ", P_drop 0 " in run["batch"]
-                and "fp32)" in run["training"] and "fp32)" in unfitted["seeds"][seed]["training"]
-                for seed, run in plain["seeds"].items()):
-            raise SystemExit(f"{list(STAND_IN)}: not the plain command, halved and without dropout, against the old defaults")
-        margins = [run["val"]["bleu"] - unfitted["seeds"][seed]["val"]["bleu"] for seed, run in plain["seeds"].items()]
-        if not min(margins) > max(map(_val_span, (plain, unfitted))):
-            raise SystemExit(f"{list(STAND_IN)}: the plain command not higher with every seed by more than the spread")
-        test = [round(r["spread"]["test_bleu"]["median"], 2) for r in (unfitted, plain)]  # as printed
-        said.append((plain, unfitted, f"{' / '.join(f'{m:+.2f}' for m in margins)} seed by seed on validation, "
-                     f"test2016's median from {test[0]:.2f} to {test[1]:.2f}"))
+    held = {"ATEN_CPU_CAPABILITY": "avx2", "ONEDNN_MAX_CPU_ISA": "AVX2"}
+    said = [_against_old([f"multi30k_en_de_10min_cli_zen4held_{runs}runs_{name}.json" for name in ("plain", "unfitted")],
+                         held, 1, ("batch halved", "0"), "fp32") for runs in (2, 3)]
     (plain2, unfitted2, two), (plain3, unfitted3, three) = said
     starts = [[datetime.datetime.fromisoformat(part["date"]) - datetime.timedelta(seconds=part["wall_s"])
                for part in record.get("parts") or [record]] for record in (plain2, unfitted2, plain3, unfitted3)]
