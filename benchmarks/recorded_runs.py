@@ -84,6 +84,17 @@ def fake_cuda(capability: tuple[int, int]) -> contextlib.ExitStack:
     return stack
 
 
+def compiled(devices, device: torch.device, dtype: torch.dtype | None) -> bool:
+    """default_compile's answer: of the device alone before issue 95, of the device and
+    the precision, with a reason, after."""
+    name = {None: "fp32", torch.bfloat16: "bf16", torch.float16: "fp16"}[dtype]
+    try:
+        answer = devices.default_compile(device, name)
+    except TypeError:
+        answer = devices.default_compile(device)
+    return answer[0] if isinstance(answer, tuple) else answer
+
+
 def device_decisions() -> dict:
     """The precision and compile that `--precision auto` and the default give on each kind
     of device, from the package's own decision (devices.py)."""
@@ -93,13 +104,14 @@ def device_decisions() -> dict:
     for name, speedup in (("cpu_native_bf16", 3.0), ("cpu_emulated_bf16", 0.05)):
         with mock.patch.object(devices, "cpu_bf16_speedup", return_value=speedup):
             dtype = devices.autocast_dtype("auto", torch.device("cpu"))
-        found[name] = {"dtype": str(dtype), "compile": devices.default_compile(
-            torch.device("cpu"))}
+        found[name] = {"dtype": str(dtype),
+                       "compile": compiled(devices, torch.device("cpu"), dtype)}
     for capability in ((6, 0), (7, 0), (7, 5), (8, 0), (8, 6), (9, 0)):
         with fake_cuda(capability):
             dtype = devices.autocast_dtype("auto", torch.device("cuda", 0))
-        found[f"cuda_{capability[0]}.{capability[1]}"] = {
-            "dtype": str(dtype), "compile": devices.default_compile(torch.device("cuda", 0))}
+            compile = compiled(devices, torch.device("cuda", 0), dtype)
+        found[f"cuda_{capability[0]}.{capability[1]}"] = {"dtype": str(dtype),
+                                                          "compile": compile}
     return found
 
 

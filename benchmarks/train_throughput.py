@@ -181,7 +181,6 @@ def bare_step(trainer: Trainer, batch) -> torch.Tensor:
     (loss / batch.n_tokens).backward()
     trainer.optimizer.step()
     trainer.optimizer.zero_grad(set_to_none=True)
-    trainer.schedule.step()
     return loss
 
 

@@ -3,6 +3,7 @@
 import argparse
 import io
 import json
+import re
 import shutil
 import subprocess
 import sys
@@ -16,7 +17,7 @@ from transformer.checkpoints import load_checkpoint
 from transformer.cli import main
 from transformer.model import TransformerConfig
 from transformer.runs import FEW_UPDATES
-from transformer.trainer import TRAINING_PRESETS
+from transformer.plan import BUDGET_FITS
 
 
 def test_python_m_transformer_runs_the_command_line():
@@ -102,12 +103,15 @@ def test_real_text_on_a_cuda_gpu_stops_after_the_gpu_step_budget(tmp_path, tiny_
     the embedded corpus and other presets still need a stopping rule there."""
     configs = []
 
-    def from_config(model_config, config, *args):
-        configs.append(config)
+    def from_plan(plan, *args):
+        configs.append(plan.training)
         raise KeyboardInterrupt  # stop before any training
 
-    monkeypatch.setattr(cli, "pick_device", lambda device="auto": torch.device("cuda"))
-    monkeypatch.setattr(cli.Trainer, "from_config", from_config)
+    from transformer import plan
+
+    monkeypatch.setattr(plan, "pick_device", lambda device="auto": torch.device("cuda"))
+    monkeypatch.setattr(plan, "device_settings", lambda *args: [])  # no CUDA to ask here
+    monkeypatch.setattr(cli.Trainer, "from_plan", from_plan)
     with pytest.raises(KeyboardInterrupt):
         main(["train", "--data", str(tiny_corpus), "--out", str(tmp_path / "run")])
     assert configs[0].max_steps == cli.GPU_TEXT_STEPS and configs[0].max_minutes is None
@@ -289,11 +293,11 @@ def test_train_plans_the_schedule_of_a_run_of_minutes_alone(tmp_path, tiny_corpu
     the paper's curve."""
     configs = []
 
-    def from_config(model_config, config, *args):
-        configs.append(config)
+    def from_plan(plan, *args):
+        configs.append(plan.training)
         raise KeyboardInterrupt  # stop before any training
 
-    monkeypatch.setattr(cli.Trainer, "from_config", from_config)
+    monkeypatch.setattr(cli.Trainer, "from_plan", from_plan)
     for more in ([], ["--max-steps", "5"], ["--cooldown", "0.2"], ["--schedule", "paper"]):
         with pytest.raises(KeyboardInterrupt):
             main(["train", "--data", str(tiny_corpus), "--max-minutes", "10", *more, "--out", str(tmp_path / "run")])
@@ -304,23 +308,25 @@ def test_train_fits_the_tiny_presets_batch_to_a_budget_of_minutes_unless_one_is_
                                                                                       monkeypatch):
     """A budget of 0.001 min, an update timed at 0.01 s: 6 updates of the tiny preset, far fewer than FEW_UPDATES and
     than the first line of its dropout_by_passes (6 updates make at most 6 passes): its 4,096 tokens halved and
-    P_drop lowered from 0.3 to that line's, and said; a P_drop given by name is kept; a batch given by name is kept,
-    and the P_drop still lowered."""
+    P_drop lowered from 0.3 to that line's, said in the plan printed first and saved; a P_drop given by name is
+    kept; a batch given by name is kept, and the P_drop still lowered."""
     monkeypatch.setattr(cli.Trainer, "time_update", lambda self: 0.01)  # not this machine's speed
-    (passes, rate), *_ = TRAINING_PRESETS["tiny"]["dropout_by_passes"]
+    (passes, rate), *_ = BUDGET_FITS["tiny"].dropout_by_passes
     assert passes > 6 and rate < TransformerConfig.tiny().dropout
-    fitted = f"{rate:g} (under {passes:g} passes)"
+    halved = f"max_tokens 2,048 one update of 4,096 took 0.01 s: about 6 in 0.001 min, under {FEW_UPDATES:,}: halved"
+    fitted = rf"dropout {rate:g} [\d.]+ passes over the data \(\d+ updates each\), under {passes:g}$"
     for i, (more, batch, dropout, said_dropout) in enumerate([
-            ([], f"halved (under {FEW_UPDATES:,} updates), 2,048", rate, fitted),
-            (["--dropout", "0.2"], f"halved (under {FEW_UPDATES:,} updates), 2,048", 0.2, "0.2 (the model's)"),
-            (["--max-tokens", "4096"], "as given, 4,096", rate, fitted)]):
+            ([], halved, rate, fitted), (["--dropout", "0.2"], halved, 0.2, "^dropout 0.2 given$"),
+            (["--max-tokens", "4096"], "max_tokens 4,096 given", rate, fitted)]):
         out = tmp_path / f"run{i}"
         assert main(["train", "--data", str(tiny_corpus), "--vocab-size", "60", "--max-minutes", "0.001",
                      "--precision", "fp32", "--device", "cpu", *more, "--out", str(out)]) == 0
-        said = capsys.readouterr().out
-        assert f"batch {batch} tokens an update, P_drop {said_dropout}: one of 4,096 took 0.01 s, about 6 in " in said
+        said = [" ".join(line.split()) for line in capsys.readouterr().out.splitlines()]
+        first = next(i for i, line in enumerate(said) if line.startswith("step ") or line.startswith("final"))
+        assert batch in said[:first] and any(re.search(said_dropout, line) for line in said[:first]), said
         checkpoint = load_checkpoint(sorted(out.glob("checkpoint-*.pt"))[-1])
         assert checkpoint["model_config"]["dropout"] == dropout
+        assert json.loads((out / "plan.json").read_text())["model"]["dropout"] == dropout
 
 
 def test_a_cooled_down_run_ends_on_its_newest_checkpoint_unless_told_to_average(tiny_corpus, tmp_path, capsys):

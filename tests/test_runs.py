@@ -12,6 +12,7 @@ from transformer.runs import (
     FEW_UPDATES,
     Clock,
     LossWindow,
+    Planner,
     append_metrics,
     cooldown_factor,
     deferred_signals,
@@ -20,9 +21,8 @@ from transformer.runs import (
     forget_metrics_after,
     plan_schedule,
     run_log,
-    scaled_rates,
 )
-from transformer.trainer import TrainingConfig
+from transformer.plan import TrainingConfig
 
 
 def test_the_clock_stops_at_max_steps_and_checkpoints_every_n_steps():
@@ -84,12 +84,19 @@ def test_a_run_resumed_at_update_3200_plans_from_there():
     assert plan.rate(6420, 1.0) == 0.0
 
 
-def test_scaled_rates_scale_within_the_block_and_restore_after_an_error():
-    optimizer = torch.optim.SGD([torch.zeros(1, requires_grad=True)], lr=0.4)
-    with pytest.raises(RuntimeError), scaled_rates(optimizer, 0.5):
-        assert optimizer.param_groups[0]["lr"] == 0.2
-        raise RuntimeError
-    assert optimizer.param_groups[0]["lr"] == 0.4
+def test_one_function_gives_the_rate_of_every_update_of_either_schedule():
+    """Oracle: the paper's formula written out, times the cool-down's line; the plan of a step budget:
+    a ramp over a tenth of it to 0.7 of the curve's peak, held, and a line to 0 over the last fifth."""
+    planner = Planner(TrainingConfig(max_steps=100, warmup_steps=10, lr_scale=2.0, cooldown=0.2), d_model=64)
+    for update in (1, 5, 10, 50, 81, 90, 100):
+        done = (update - 1) / 100
+        paper = 2.0 * 64**-0.5 * min(update**-0.5, update * 10**-1.5)
+        assert planner.rate(update, done) == pytest.approx(paper * min(1.0, (1 - done) / 0.2), rel=1e-12)
+    planned = Planner(TrainingConfig(max_steps=100, warmup_steps=10, schedule="planned"), d_model=64)
+    peak = 0.7 * 64**-0.5 * 10**-0.5
+    rates = [planned.rate(u, (u - 1) / 100) for u in range(1, 101)]
+    assert rates == pytest.approx([min(u / 10, 1.0, (1 - (u - 1) / 100) / 0.2) * peak for u in range(1, 101)],
+                                  rel=1e-12)
 
 
 def test_the_loss_window_sums_loss_and_tokens_between_reads():

@@ -4,7 +4,6 @@ import concurrent.futures
 import json
 import math
 import os
-import re
 import signal
 import socket
 import subprocess
@@ -28,7 +27,6 @@ from transformer import (
     evaluate,
 )
 from transformer._book import train_once
-from transformer.runs import FEW_UPDATES, Clock
 from transformer.trainer import (
     check_vocabulary,
     compile_options,
@@ -157,7 +155,7 @@ def test_checkpoints_are_atomic_kept_and_loadable(tiny_corpus, tmp_path):
     trainer = Trainer.from_config(TINY, _config(tiny_corpus, max_steps=6, checkpoint_every=1, keep_checkpoints=2), tmp_path / "run")
     trainer.fit(progress=False)
     names = sorted(p.name for p in (tmp_path / "run").iterdir() if p.name != ".lock")
-    assert names == ["checkpoint-00000005.pt", "checkpoint-00000006.pt", "metrics.jsonl"]
+    assert names == ["checkpoint-00000005.pt", "checkpoint-00000006.pt", "metrics.jsonl", "plan.json"]
     model, tokenizer = load_model(tmp_path / "run" / "checkpoint-00000006.pt")
     for a, b in zip(model.state_dict().values(), trainer.model.state_dict().values()):
         assert torch.equal(a, b)
@@ -240,171 +238,8 @@ def test_a_run_that_names_no_schedule_plans_one_for_minutes_alone():
     assert TrainingConfig(max_minutes=10, cooldown=0.2).schedule == "paper"
     assert TrainingConfig(max_minutes=10, schedule="paper").schedule == "paper"
     assert TrainingConfig(max_steps=100, schedule="planned").schedule == "planned"
-    assert TrainingConfig.preset("tiny", text=True, max_minutes=10).schedule == "planned"
-    assert TrainingConfig.preset("tiny", text=True, cuda=True).schedule == "paper"
     with pytest.raises(ValueError, match=r"schedule must be one of \('paper', 'planned'\); got ''"):
         TrainingConfig(max_minutes=10, schedule="")
-
-
-def _fitting(corpus, out, seconds=None, **overrides):
-    """A planned run of minutes alone that fits its batch, and its decision; `seconds`: its update's time as
-    if timed (None: timed), for a decision that must not depend on this machine's speed."""
-    settings = dict(max_steps=None, max_minutes=0.01, max_tokens=120, fit_batch=True) | overrides
-    config = _config(corpus, **settings)
-    trainer = Trainer.from_config(TINY, config, out)
-    if seconds is not None:
-        trainer.time_update = lambda: seconds
-    return trainer, trainer.fit_to_budget(Clock(trainer.config, 1, trainer.device))
-
-
-def _steps(trainer, n):
-    losses = [trainer.train_step() for _ in range(n)]
-    return [(loss.item(), tokens) for loss, tokens in losses], trainer.model.state_dict()
-
-
-def _assert_trains_as(trainer, corpus, out, n, model=TINY, **settings):
-    """The next n updates of `trainer` equal, loss by loss and weight by weight, those of a
-    new run of `model` and `settings` (minutes alone), never timed."""
-    steps, weights = _steps(trainer, n)
-    oracle = Trainer.from_config(model, _config(corpus, max_steps=None, **settings), out)
-    oracle_steps, oracle_weights = _steps(oracle, n)
-    assert steps == oracle_steps
-    for name, expected in oracle_weights.items():
-        assert torch.equal(weights[name], expected), name
-
-
-def test_a_budget_of_few_updates_halves_the_batch_and_trains_as_that_batch_given_by_name(tiny_corpus, tmp_path):
-    """Oracle: a run given the half batch by name, update by update: the timing leaves no trace
-    (weights, optimizer, dropout's random numbers, the batches' position)."""
-    fitted, decision = _fitting(tiny_corpus, tmp_path / "fitted")
-    assert decision["max_tokens"] == 60 and decision["updates"] < FEW_UPDATES, decision
-    assert decision["text"].startswith(f"batch halved (under {FEW_UPDATES:,} updates), 60 tokens an update, "
-                                       "P_drop 0.1 (the model's): one of 120 took ")
-    pattern = r" in 0\.01 min, [\d.]+ passes over the data, of [\d,]+ updates each$"
-    assert re.search(pattern, decision["text"]), decision["text"]
-    assert fitted.config.max_tokens == 60 and fitted.batches.sampler.max_tokens == 60
-    assert fitted.config.fit_batch is False, "decided once"
-    assert all(p.grad is None for p in fitted.model.parameters()) and not fitted.optimizer.state
-    _assert_trains_as(fitted, tiny_corpus, tmp_path / "given", 4, max_minutes=0.01, max_tokens=60)
-
-
-def test_a_budget_of_few_passes_sets_the_dropout_of_its_line_and_trains_as_a_model_built_with_it(tiny_corpus,
-                                                                                                    tmp_path):
-    """Oracle: a model built with that P_drop by name, given the half batch, update by update. The
-    lines are placed around the budget's passes: the first line it is under decides, and 0 is a rate."""
-    _, decision = _fitting(tiny_corpus, tmp_path / "passes", seconds=0.1)
-    epochs = decision["epochs"]
-    for i, (lines, rate) in enumerate([(((epochs / 2, 0.2), (epochs * 2, 0.3)), 0.3),
-                                       (((epochs * 2, 0.0), (epochs * 4, 0.3)), 0.0)]):
-        _, decision = _fitting(tiny_corpus, tmp_path / f"lines{i}", seconds=0.1, dropout_by_passes=lines)
-        assert decision["epochs"] == epochs and decision["dropout"] == rate, (lines, decision)
-        assert f"P_drop {rate:g} (under {epochs * 2:g} passes): one of 120 took " in decision["text"]
-    fitted, decision = _fitting(tiny_corpus, tmp_path / "fitted", seconds=0.1, dropout_by_passes=((1000, 0.3),))
-    assert decision["max_tokens"] == 60 and decision["dropout"] == 0.3, decision
-    assert decision["text"].startswith(f"batch halved (under {FEW_UPDATES:,} updates), 60 tokens an update, "
-                                       "P_drop 0.3 (under 1000 passes): one of 120 took ")
-    assert fitted.model.config.dropout == 0.3, "the configuration the checkpoints keep"
-    model = replace(TINY, dropout=0.3)
-    _assert_trains_as(fitted, tiny_corpus, tmp_path / "given", 4, model, max_minutes=0.01, max_tokens=60)
-    resumed = Trainer.resume(fitted.save())
-    assert resumed.model.config.dropout == 0.3 and resumed.config.max_tokens == 60
-    assert resumed.fit_to_budget(Clock(resumed.config, 1, resumed.device)) is None, "decided once"
-
-
-def test_a_batch_given_by_name_is_kept_and_the_dropout_still_fitted(tiny_corpus, tmp_path):
-    """Oracle: a model built with that P_drop by name, on the batch given, update by update."""
-    given, decision = _fitting(tiny_corpus, tmp_path / "given", seconds=0.1, fit_batch=False,
-                               dropout_by_passes=((1000, 0.3),))
-    assert decision["max_tokens"] == 120 and decision["dropout"] == 0.3 and decision["epochs"] < 1000
-    assert decision["text"].startswith("batch as given, 120 tokens an update, P_drop 0.3 (under 1000 passes): "
-                                       "one of 120 took ")
-    model = replace(TINY, dropout=0.3)
-    _assert_trains_as(given, tiny_corpus, tmp_path / "oracle", 3, model, max_minutes=0.01, max_tokens=120)
-
-
-def test_a_budget_of_many_updates_or_a_half_too_small_keeps_the_batch(tiny_corpus, tmp_path):
-    """Oracle for the batch kept: a run never timed, update by update (the timing's batch is
-    trained again, not skipped)."""
-    trainer, decision = _fitting(tiny_corpus, tmp_path / "many", max_minutes=1e6, dropout_by_passes=((1000, 0.3),))
-    assert decision["max_tokens"] == 120 and decision["updates"] >= FEW_UPDATES
-    assert decision["text"].startswith(f"batch kept ({FEW_UPDATES:,} updates or more), 120 tokens an update, "
-                                       "P_drop 0.1 (1000 passes or more): one of 120 took ")
-    assert trainer.model.config.dropout == TINY.dropout and decision["epochs"] >= 1000, "the model's P_drop"
-    assert trainer.config.max_tokens == trainer.batches.sampler.max_tokens == 120
-    _assert_trains_as(trainer, tiny_corpus, tmp_path / "untimed", 3, max_minutes=1e6, max_tokens=120)
-    longest = int(trainer.data.train.lengths().max())
-    trainer, decision = _fitting(tiny_corpus, tmp_path / "long", seconds=0.1, max_tokens=2 * longest - 1,
-                                 dropout_by_passes=((1000, 0.3),))
-    assert decision["max_tokens"] == 2 * longest - 1, "half of it holds not the longest pair"
-    assert decision["dropout"] == 0.3, "still a budget of few passes"
-    assert decision["text"].startswith(f"batch kept (under {FEW_UPDATES:,} updates, but half the batch is too "
-                                       f"small for this data), {2 * longest - 1} tokens an update, P_drop 0.3 (under 1000 passes): ")
-    assert trainer.batches.sampler.max_tokens == 2 * longest - 1
-
-
-def test_only_a_planned_run_of_minutes_alone_at_its_start_fits_its_batch(tiny_corpus, tmp_path):
-    for i, overrides in enumerate([dict(fit_batch=False), dict(schedule="paper"),
-                                   dict(max_steps=5, schedule="planned"), dict(max_steps=5)]):
-        trainer, decision = _fitting(tiny_corpus, tmp_path / f"run{i}", seconds=0.1, **overrides)
-        assert decision is None and trainer.config.max_tokens == 120, overrides
-        if overrides.get("fit_batch") is not False:  # nor its dropout
-            trainer, decision = _fitting(tiny_corpus, tmp_path / f"drop{i}", seconds=0.1, fit_batch=False,
-                                         dropout_by_passes=((1000, 0.3),), **overrides)
-            assert decision is None and trainer.model.config.dropout == TINY.dropout, overrides
-    trainer, _ = _fitting(tiny_corpus, tmp_path / "later", fit_batch=False)
-    trainer.train_step()
-    trainer.config = replace(trainer.config, fit_batch=True)
-    assert trainer.fit_to_budget(Clock(trainer.config, 1, trainer.device)) is None, "after its first update"
-
-
-def test_the_tiny_preset_fits_its_batch_unless_the_batch_is_given():
-    assert TrainingConfig.preset("tiny", text=True, max_minutes=10).fit_batch
-    assert not TrainingConfig.preset("tiny", text=True, max_minutes=10, max_tokens=4096).fit_batch
-    given = TrainingConfig.preset("tiny", text=True, max_minutes=10, max_tokens=4096)
-    lines = given.dropout_by_passes
-    assert lines and all(p < TransformerConfig.tiny().dropout for _, p in lines), "the dropout still fitted"
-    assert TrainingConfig.preset("small", text=True, max_minutes=10).dropout_by_passes is None
-    assert not TrainingConfig.preset("small", text=True, max_minutes=10).fit_batch
-    assert not TrainingConfig(max_minutes=10).fit_batch
-    with pytest.raises(ValueError, match="fit_batch must be True or False; got 'yes'"):
-        TrainingConfig(max_minutes=10, fit_batch="yes")
-    for lines in (0.1, (), [(10, 0.1)], ((10,),), ((10, 1.0),), ((10, -0.1),), ((10, True),), ((0, 0.1),),
-                  ((10, "0.1"),), ((30, 0.1), (10, 0.0)), ((10, 0.1), (10, 0.0))):
-        with pytest.raises(ValueError, match=r"dropout_by_passes must be None or a tuple of \(passes, P_drop\) "
-                                             r"pairs, passes positive and rising, P_drop in \[0, 1\); got "):
-            TrainingConfig(max_minutes=10, dropout_by_passes=lines)
-
-
-def test_a_fitted_run_says_its_batch_in_its_log_before_its_first_update(tiny_corpus, tmp_path, capsys):
-    config = _config(tiny_corpus, max_steps=None, max_minutes=0.005, max_tokens=120, fit_batch=True,
-                     eval_every=10**6)
-    Trainer.from_config(TINY, config, tmp_path / "run").fit(progress=True)
-    logged = [json.loads(line) for line in (tmp_path / "run" / "metrics.jsonl").read_text().splitlines()]
-    assert "batch" in logged[0] and logged[0]["step"] == 0
-    assert logged[0]["batch"]["text"] in capsys.readouterr().out
-    checkpoint = load_checkpoint(sorted((tmp_path / "run").glob("checkpoint-*.pt"))[-1])
-    assert checkpoint["training_config"]["max_tokens"] == 60, "a resumed run keeps the fitted batch"
-
-
-def test_a_fitted_run_resumed_from_its_checkpoint_of_step_0_keeps_its_batch(tiny_corpus, tmp_path):
-    """A signal during the timing leaves a checkpoint of step 0: resumed, the run is not fitted
-    again (a second timing at the half would halve it again)."""
-    fitted, decision = _fitting(tiny_corpus, tmp_path / "run")
-    assert decision["max_tokens"] == 60
-    resumed = Trainer.resume(fitted.save())
-    assert resumed.step == 0 and resumed.config.max_tokens == resumed.batches.sampler.max_tokens == 60
-    assert resumed.fit_to_budget(Clock(resumed.config, 1, resumed.device)) is None
-
-
-def test_a_checkpoint_that_names_few_epochs_dropout_resumes_with_it_as_one_line_at_30_passes(tiny_corpus, tmp_path):
-    """From 0fc0402 to c287e4b the field was few_epochs_dropout, a P_drop under 30 passes (None: decided, or none)."""
-    state = load_checkpoint(Trainer.from_config(TINY, _config(tiny_corpus, max_steps=2), tmp_path / "run").save())
-    for i, (old, lines) in enumerate([(0.1, ((30, 0.1),)), (None, None)]):
-        settings = {k: v for k, v in state["training_config"].items() if k != "dropout_by_passes"}
-        path = tmp_path / f"old{i}" / "checkpoint-00000000.pt"
-        save_checkpoint({**state, "training_config": {**settings, "few_epochs_dropout": old}}, path)
-        resumed = Trainer.resume(path)
-        assert resumed.config.dropout_by_passes == lines and resumed.config.max_tokens == settings["max_tokens"]
 
 
 def test_bad_training_configs_raise():
@@ -600,22 +435,6 @@ def test_the_cooldown_takes_the_papers_rate_linearly_down_over_the_last_steps(ti
     paper = [TINY.d_model**-0.5 * min(k**-0.5, k * 10**-1.5) for k in range(1, 12)]
     factors = [1, 1, 1, 1, 1, 1, 1, 0.75, 0.5, 0.25]
     assert rates == pytest.approx([r * f for r, f in zip(paper, factors)], rel=1e-12)
-    assert trainer.schedule.get_last_lr()[0] == pytest.approx(paper[10], rel=1e-12), (
-        "the schedule keeps its own rate")
-    assert trainer.optimizer.param_groups[0]["lr"] == pytest.approx(paper[10], rel=1e-12)
-
-
-def test_the_cooldown_does_not_compound_in_a_chainable_schedule(tiny_corpus, tmp_path):
-    """ExponentialLR computes each rate from the group's last one: a factor left in the group
-    would be multiplied in again at every step."""
-    trainer = Trainer.from_config(TINY, _config(tiny_corpus, max_steps=4, cooldown=0.75), tmp_path / "run")
-    trainer.optimizer = torch.optim.SGD(trainer.model.parameters(), lr=0.1)
-    trainer.schedule = torch.optim.lr_scheduler.ExponentialLR(trainer.optimizer, gamma=1.0)
-    rates = _rates_used(trainer)
-    trainer.fit(progress=False)
-    assert rates == pytest.approx([0.1, 0.1, 0.1 * 2 / 3, 0.1 / 3], rel=1e-12)
-    assert trainer.optimizer.param_groups[0]["lr"] == pytest.approx(0.1, rel=1e-12)
-    assert trainer.rate_factor == 1.0, "a train_step after fit takes the schedule's rate"
 
 
 def test_a_planned_schedule_of_steps_rises_and_falls_as_written_out(tiny_corpus, tmp_path):
@@ -709,26 +528,6 @@ def test_lowercase_is_a_setting_of_the_run_and_travels_with_its_checkpoints(tiny
     assert resumed.config.lowercase and lowercases(resumed.data.tokenizer)
     cased = Trainer.from_config(TINY, _config(tiny_corpus), tmp_path / "cased")
     assert not lowercases(cased.data.tokenizer)
-
-
-def test_training_presets_follow_the_data_and_the_budget():
-    from transformer.trainer import GPU_TEXT_STEPS
-
-    numbers = TrainingConfig.preset("small", text=False, max_steps=300)
-    assert (numbers.vocab_size, numbers.max_tokens, numbers.split_punctuation) == (200, 2000, False)
-    assert numbers.checkpoint_every == 20, "15 checkpoints over 300 steps"
-    text = TrainingConfig.preset("small", text=True, max_minutes=60)
-    assert (text.vocab_size, text.max_tokens, text.split_punctuation) == (8000, 4000, True)
-    assert text.checkpoint_minutes == 4.0 and text.checkpoint_every is None
-    assert TrainingConfig.preset("tiny", text=True, max_minutes=600).checkpoint_minutes == 10.0, "the paper's"
-    given = TrainingConfig.preset("tiny", text=True, max_steps=90, checkpoint_every=7, lr_scale=1.0)
-    assert (given.checkpoint_every, given.lr_scale, given.warmup_steps) == (7, 1.0, 800)
-    gpu = TrainingConfig.preset("tiny", text=True, cuda=True)
-    assert gpu.max_steps == GPU_TEXT_STEPS and gpu.checkpoint_every == GPU_TEXT_STEPS // 15
-    for name, text, cuda in (("tiny", True, False), ("small", True, True), ("tiny", False, True)):
-        with pytest.raises(ValueError, match="say when to stop"):
-            TrainingConfig.preset(name, text=text, cuda=cuda)
-    assert TrainingConfig.preset("big", text=True, max_steps=10).keep_checkpoints == 20
 
 
 @pytest.mark.parametrize(

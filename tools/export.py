@@ -76,7 +76,7 @@ PUBLIC = {
     "the model": ["Transformer", "TransformerConfig", "MultiHeadAttention",
                   "scaled_dot_product_attention"],
     "training": ["learning_rate", "make_optimizer", "label_smoothed_loss", "Trainer",
-                 "TrainingConfig"],
+                 "TrainingConfig", "make_plan", "plan_run", "RunPlan"],
     "checkpoints": ["save_checkpoint", "load_checkpoint", "load_model", "average_checkpoints",
                     "last_checkpoints", "final_model"],
     "corpora": ["load_corpus", "prepare_data", "PreparedData", "number_corpus",

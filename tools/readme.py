@@ -277,7 +277,7 @@ def _trains_in(run: dict) -> str:
 def _tokens(run: dict) -> str:
     """Tokens an update: the run's --max-tokens, else the batch its log says it fitted, else
     the tiny preset's (a run from before the batch was fitted)."""
-    from transformer.trainer import TRAINING_PRESETS  # imports torch: only here
+    from transformer.plan import TRAINING_PRESETS  # imports torch: only here
 
     given = re.search(r"--max-tokens (\d+)", run["train"])
     fitted = re.search(r"^batch .*?, ([\d,]+) tokens an update", run.get("batch", ""))
@@ -329,7 +329,7 @@ def ten_minutes() -> str:
     """The 10-minute command on each CPU kind, and what the comparisons of the two schedules
     say on validation, each part of the sentence checked against the records."""
     from transformer.runs import PEAK_SHARE  # imports torch: only here
-    from transformer.trainer import TRAINING_PRESETS
+    from transformer.plan import TRAINING_PRESETS
 
     tiny = TRAINING_PRESETS["tiny"]  # the preset of the CPU command
     if PEAK_SHARE != 0.7:
@@ -506,7 +506,7 @@ def few_passes_dropout() -> str:
     minutes on the Zen 4, and the lines the preset draws from them, each part checked against
     the records."""
     from transformer.runs import FEW_UPDATES, fitted_dropout  # imports torch: only here
-    from transformer.trainer import TRAINING_PRESETS
+    from transformer.plan import TRAINING_PRESETS
 
     said, none = [], []
     dropped = [tuple(map(_record, names)) for names in DROPPED]  # (0.3, 0.1, none) each
@@ -548,7 +548,7 @@ def few_passes_dropout() -> str:
     slow = counted(dropped[0][2])
     ten = [run["steps"] / per_pass for record in dropped[1] for run in record["seeds"].values()]
     hour = _record("multi30k_en_de_60min_cli_zen4_planned.json")["seeds"]["0"]["steps"] / per_pass
-    lines = TRAINING_PRESETS["tiny"]["dropout_by_passes"]
+    lines = BUDGET_FITS["tiny"].dropout_by_passes
     near, said_near = [], []
     for names in NEAR_LINE:
         low, zero = map(_record, names)

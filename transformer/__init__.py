@@ -51,6 +51,11 @@ from .model import (
     Transformer,
     TransformerConfig,
 )
+from .plan import (
+    TrainingConfig,
+    make_plan,
+    RunPlan,
+)
 from .prepared import (
     prepare_data,
     PreparedData,
@@ -60,7 +65,7 @@ from .tokenizer import (
 )
 from .trainer import (
     Trainer,
-    TrainingConfig,
+    plan_run,
 )
 from .training import (
     learning_rate,
@@ -79,6 +84,9 @@ __all__ = [
     'label_smoothed_loss',
     'Trainer',
     'TrainingConfig',
+    'make_plan',
+    'plan_run',
+    'RunPlan',
     'save_checkpoint',
     'load_checkpoint',
     'load_model',

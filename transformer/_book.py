@@ -15,7 +15,8 @@ import torch
 from transformer.files import write_atomically
 from transformer.model import Transformer, TransformerConfig
 from transformer.prepared import default_cache_dir
-from transformer.trainer import Trainer, TrainingConfig
+from transformer.plan import TrainingConfig
+from transformer.trainer import Trainer
 
 
 def train_once(

@@ -30,16 +30,16 @@ from transformer.deploy import export_onnx
 from transformer.devices import pick_device
 from transformer.evaluation import evaluate
 from transformer.model import PRESETS, TransformerConfig
-from transformer.runs import FEW_UPDATES
-from transformer.tokenizer import lowercases
-from transformer.trainer import (
+from transformer.plan import (
+    BUDGET_FITS,
     GPU_TEXT_STEPS,
     TRAINING_PRESETS,
-    Trainer,
     TrainingConfig,
-    default_preset,
     final_average,
 )
+from transformer.runs import FEW_UPDATES
+from transformer.tokenizer import lowercases
+from transformer.trainer import Trainer, plan_run
 from transformer.utils import __version__
 
 
@@ -159,7 +159,7 @@ def _add_data_options(group: argparse._ArgumentGroup, trained: bool = False) -> 
 
 
 def _add_model_options(group: argparse._ArgumentGroup) -> None:
-    lines = TRAINING_PRESETS["tiny"]["dropout_by_passes"]
+    lines = BUDGET_FITS["tiny"].dropout_by_passes
     (first, low), *more = lines
     fitted = " and ".join([f"{low:g} under {first:g} passes over the data"]
                           + [f"{p:g} under {passes:g}" for passes, p in more])
@@ -289,16 +289,10 @@ def _add_run_options(group: argparse._ArgumentGroup) -> None:
 
 
 def _new_trainer(args: argparse.Namespace, given: dict) -> Trainer:
-    """A Trainer for a new run: the preset's settings under the options given."""
-    text = given.get("data", "numbers") != "numbers"
-    preset = args.preset or default_preset(text)
-    cuda = pick_device(given.get("device", "auto")).type == "cuda"
+    """A Trainer for a new run: its plan (plan_run) of the options given."""
     model_given = {k: v for k in MODEL_OPTIONS if (v := getattr(args, k)) is not None}
-    if "dropout" in model_given:  # a P_drop given by name is the run's
-        given = {**given, "dropout_by_passes": None}
-    config = TrainingConfig.preset(preset, text, cuda, **given)
-    model_config = TransformerConfig.preset(preset, **model_given)
-    return Trainer.from_config(model_config, config, args.out, None, args.overwrite)
+    plan = plan_run(args.preset, model_given, **given)
+    return Trainer.from_plan(plan, args.out, args.overwrite)
 
 
 def _train(args: argparse.Namespace) -> int:

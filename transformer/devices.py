@@ -72,16 +72,32 @@ def check_precision(precision: str) -> None:
         )
 
 
+def default_precision(device: torch.device) -> tuple[str, str]:
+    """The precision "auto" means on `device`, and why. A CUDA card: bf16 from compute
+    capability 8.0, where it has bf16 tensor cores; fp16 with loss scaling below it,
+    where torch would only emulate bf16 (is_bf16_supported() says True there unless
+    asked including_emulation=False). A CPU: bf16 where its products are timed at least
+    1.5 times as fast as fp32's (native bf16), else fp32. MPS: fp32."""
+    if device.type == "cuda":
+        major, minor = torch.cuda.get_device_capability(device)
+        card = f"CUDA compute capability {major}.{minor}"
+        if torch.cuda.is_bf16_supported(including_emulation=False):
+            return "bf16", f"{card}: bf16 in hardware"
+        return "fp16", f"{card}: no bf16 in hardware, fp16 with loss scaling"
+    if device.type == "cpu":
+        speedup = cpu_bf16_speedup()
+        if speedup >= 1.5:
+            return "bf16", f"CPU bf16 products {speedup:.1f}x fp32's: native bf16"
+        return "fp32", f"CPU bf16 products {speedup:.2f}x fp32's: no native bf16"
+    return "fp32", f"{device.type}: fp32 unless asked (--precision)"
+
+
 def autocast_dtype(precision: str, device: torch.device) -> torch.dtype | None:
-    """The autocast dtype for "auto", "fp32", "bf16" or "fp16" on `device` (None:
-    fp32)."""
+    """The autocast dtype for "auto" (default_precision's), "fp32", "bf16" or "fp16"
+    on `device` (None: fp32)."""
     check_precision(precision)
     if precision == "auto":
-        if device.type == "cuda":
-            return torch.bfloat16 if torch.cuda.is_bf16_supported() else torch.float16
-        if device.type == "cpu" and cpu_bf16_speedup() >= 1.5:
-            return torch.bfloat16
-        return None
+        precision = default_precision(device)[0]
     return {"fp32": None, "bf16": torch.bfloat16, "fp16": torch.float16}[precision]
 
 
@@ -131,10 +147,21 @@ def all_gather(value: Tensor, world_size: int) -> list[Tensor]:
     return gathered
 
 
-def default_compile(device: torch.device) -> bool:
-    """torch.compile the training step on CUDA, where fused kernels repay the compile
-    within minutes; not on a CPU, where a short run would not repay it."""
-    return device.type == "cuda"
+def default_compile(device: torch.device, precision: str = "fp32") -> tuple[bool, str]:
+    """Whether to torch.compile the training step on `device` in `precision`, and why:
+    on CUDA, where fused kernels repay the compile within minutes, if Inductor's Triton
+    kernels run on the card (compute capability 7.0 and up) in that dtype (bf16 from
+    8.0: below it Inductor leaves bf16 graphs eager); not on a CPU, where a short run
+    would not repay it, nor on MPS."""
+    if device.type != "cuda":
+        return False, f"{device.type}: a short run would not repay the compile"
+    major, minor = torch.cuda.get_device_capability(device)
+    if (major, minor) < (7, 0):
+        return False, f"compute capability {major}.{minor}: Triton needs 7.0"
+    if precision == "bf16" and major < 8:
+        why = f"compute capability {major}.{minor}: Inductor skips bf16 below 8.0"
+        return False, why
+    return True, "CUDA: fused kernels repay the compile within minutes"
 
 
 def default_pad_multiple(compiled: bool) -> int:
@@ -165,6 +192,7 @@ __all__ = [
     'pick_device',
     'cpu_bf16_speedup',
     'check_precision',
+    'default_precision',
     'autocast_dtype',
     'autocast',
     'init_distributed',

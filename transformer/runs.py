@@ -21,6 +21,7 @@ from torch import Tensor
 from tqdm import tqdm
 
 from transformer.files import write_atomically
+from transformer.training import learning_rate
 
 
 class RunSettings(Protocol):
@@ -33,6 +34,7 @@ class RunSettings(Protocol):
     checkpoint_minutes: float
     log_every: int
     warmup_steps: int
+    lr_scale: float
     cooldown: float
     planned: bool
 
@@ -97,19 +99,6 @@ def cooldown_factor(done: float, cooldown: float) -> float:
     return min(1.0, max(0.0, (1.0 - done) / cooldown))
 
 
-@contextlib.contextmanager
-def scaled_rates(optimizer: torch.optim.Optimizer, factor: float) -> Iterator[None]:
-    """Within the block, every parameter group's rate times `factor`."""
-    rates = [group["lr"] for group in optimizer.param_groups]
-    for group in optimizer.param_groups:
-        group["lr"] = group["lr"] * factor
-    try:
-        yield
-    finally:
-        for group, rate in zip(optimizer.param_groups, rates):
-            group["lr"] = rate
-
-
 WARMUP_SHARE = 0.1  # a planned warm-up: this share of the projected updates, at most
 PEAK_SHARE = 0.7  # a planned peak: this share of the paper's, which it holds
 FALL_SHARE = 0.2  # a planned fall to 0: over this last share of the budget
@@ -162,27 +151,33 @@ PLAN_UPDATES = (10, 30)  # a run of minutes measures its rate between these upda
 
 
 class Planner:
-    """The rate of each update of a run: the paper's schedule until a plan is made
-    (config.planned: from max_steps at once, or measured in a run of minutes)."""
+    """The rate of each update of a run of a model of width d_model: the paper's
+    schedule until a plan is made (config.planned: from max_steps at once, or measured
+    in a run of minutes), from update `step` on (0, or where the run resumed)."""
 
-    def __init__(self, config: RunSettings, clock: Clock, peak: float, step: int):
-        self.config, self.clock, self.first = config, clock, step
-        self.peak = PEAK_SHARE * peak  # peak: the paper's curve's
+    def __init__(self, config: RunSettings, d_model: int, step: int = 0):
+        self.config, self.d_model, self.first = config, d_model, step
+        warmup, scale = config.warmup_steps, config.lr_scale
+        peak = learning_rate(warmup, d_model, warmup, scale)  # the paper's curve's
+        self.peak = PEAK_SHARE * peak
         self.plan, self.mark = None, 0.0  # mark: minutes at the first update counted
         if config.planned and config.max_minutes is None:
             self.plan = plan_schedule(config.max_steps, config.warmup_steps, self.peak)
         self.unsaid = self.plan  # a plan made from max_steps, not yet in the log
 
-    def rate(self, update: int, done: float, paper: float) -> float:
-        """The rate of update number `update`: the paper's (`paper`), or the plan's."""
+    def rate(self, update: int, done: float) -> float:
+        """The rate of update number `update` (from 1), made once `done` (0 to 1) of
+        the run is done: the paper's, cooled down, or the plan's."""
         if self.plan is None:  # a planned run never above its peak (one resumed)
-            paper *= cooldown_factor(done, self.config.cooldown)
-            return min(paper, self.peak) if self.config.planned else paper
+            c = self.config
+            paper = learning_rate(update, self.d_model, c.warmup_steps, c.lr_scale)
+            paper *= cooldown_factor(done, c.cooldown)
+            return min(paper, self.peak) if c.planned else paper
         return self.plan.rate(update, done)
 
-    def measure(self, step: int, rate: float) -> Plan | None:
-        """After update `step` (made at `rate`): the plan, for the log, when it is made
-        now (one made from max_steps at the start: after the first update)."""
+    def measure(self, step: int, rate: float, clock: Clock) -> Plan | None:
+        """After update `step` (made at `rate`), on the run's `clock`: the plan, for the
+        log, when it is made now (one made from max_steps: after the first update)."""
         if self.unsaid is not None:
             said, self.unsaid = self.unsaid, None
             return said
@@ -190,13 +185,13 @@ class Planner:
             return None
         counted = step - self.first
         if counted == PLAN_UPDATES[0]:
-            self.mark = self.clock.minutes()
+            self.mark = clock.minutes()
         if counted < PLAN_UPDATES[1]:
             return None
-        minutes = self.clock.minutes()
+        minutes = clock.minutes()
         per_minute = (counted - PLAN_UPDATES[0]) / (minutes - self.mark)
         updates = step + int(per_minute * (self.config.max_minutes - minutes))
-        updates = int(self.clock.rank0(updates))  # one plan for every replica
+        updates = int(clock.rank0(updates))  # one plan for every replica
         if self.config.max_steps is not None:
             updates = min(updates, self.config.max_steps)
         warmup = self.config.warmup_steps
@@ -272,7 +267,7 @@ def run_log(
     out: Path, total: int | None, initial: int, rank: int, progress: bool = True
 ) -> Iterator[Callable[[dict | None], None]]:
     """Yields log(record): rank 0 appends the record to out/metrics.jsonl and shows
-    it if it has a training loss, a plan or a batch; log(None) counts a step. Shown
+    it if it has a training loss or a plan; log(None) counts a step. Shown
     (on rank 0, with progress) as a tqdm bar on a terminal, as plain lines in a file.
     After the block the bar is closed, and log only writes."""
     show = progress and rank == 0
@@ -285,8 +280,7 @@ def run_log(
             return
         if rank == 0:
             append_metrics(out, record)
-        said = next((record[key]["text"] for key in ("batch", "plan") if key in record),
-                    None)  # a decision of the run: its batch, its plan
+        said = record["plan"]["text"] if "plan" in record else None  # the schedule's
         if said and plain:
             print(said, flush=True)
         elif said and show:
@@ -334,7 +328,6 @@ __all__ = [
     'RunSettings',
     'Clock',
     'cooldown_factor',
-    'scaled_rates',
     'Plan',
     'plan_schedule',
     'Planner',

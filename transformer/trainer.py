@@ -6,9 +6,10 @@ from __future__ import annotations
 import contextlib
 import math
 import statistics
+import tempfile
 import time
 from collections.abc import Iterator
-from dataclasses import asdict, dataclass, replace
+from dataclasses import asdict, replace
 from pathlib import Path
 
 import numpy as np
@@ -29,223 +30,34 @@ from transformer.devices import (
     all_gather,
     autocast,
     autocast_dtype,
-    check_precision,
     data_parallel,
-    default_compile,
-    default_pad_multiple,
     default_pin_memory,
     init_distributed,
     pick_device,
     sum_over_ranks,
 )
-from transformer.fast import Dropout, FastPaths, keep_freed_memory, output_loss
+from transformer.fast import FastPaths, keep_freed_memory, output_loss
 from transformer.model import Transformer, TransformerConfig
+from transformer.plan import (
+    RunPlan,
+    Timing,
+    TrainingConfig,
+    given_plan,
+    make_plan,
+    resumed_plan,
+)
 from transformer.prepared import PreparedData, prepare_data
 from transformer.runs import (
-    FEW_UPDATES,
     Clock,
     LossWindow,
     Planner,
     deferred_signals,
-    fitted_dropout,
-    fitted_max_tokens,
     forget_metrics_after,
     run_log,
-    scaled_rates,
 )
 from transformer.samplers import BatchStream, PackedBatchSampler, TokenBatchSampler
 from transformer.tokenizer import PAD
-from transformer.training import label_smoothed_loss, learning_rate, make_optimizer
-
-
-@dataclass
-class TrainingConfig:
-    """Settings of a training run.
-
-    max_tokens: tokens per side (source, target) of one update, over all processes and
-    accumulation steps (the paper: 25000); a batch of one process holds
-    max_tokens // (processes * accumulate). compile=None compiles on CUDA only;
-    pad_multiple=None pads lengths to a multiple of 8 when compiling, else not at all.
-    pack_length: pack whole pairs into rows of this many tokens a side, max_tokens //
-    pack_length rows a batch (Data chapter, Packing); None: batches by length, padded.
-    prefetch: batches prepared ahead by a background thread. cache_dir: where prepared
-    corpora are kept (None: see default_cache_dir). split_punctuation: the tokenizer
-    isolates punctuation (Data chapter; the command line's choice for real text).
-    lowercase: the tokenizer lowercases all text, and so do translate and evaluate.
-    cooldown: the last fraction of the run (of max_steps or max_minutes, whichever
-    ends it), over which the rate's multiplier falls linearly from 1 to 0; 0: none.
-    schedule: "paper" or "planned" (Runs chapter); None: default_schedule's choice.
-    fit_batch, dropout_by_passes (fitted_dropout's lines): Trainer.fit_to_budget.
-    """
-
-    data: str = "numbers"
-    src_lang: str = "en"
-    tgt_lang: str = "de"
-    vocab_size: int = 8000
-    max_tokens: int = 25000
-    accumulate: int = 1
-    max_steps: int | None = None
-    max_minutes: float | None = None
-    warmup_steps: int = 4000
-    lr_scale: float = 1.0
-    cooldown: float = 0.0
-    schedule: str | None = None
-    label_smoothing: float = 0.1
-    precision: str = "auto"
-    compile: bool | None = None
-    pad_multiple: int | None = None
-    pack_length: int | None = None
-    prefetch: int = 4
-    device: str = "auto"
-    seed: int = 0
-    log_every: int = 50
-    eval_every: int = 500
-    checkpoint_minutes: float = 10.0
-    checkpoint_every: int | None = None
-    keep_checkpoints: int = 5
-    cache_dir: str | None = None
-    split_punctuation: bool = False
-    lowercase: bool = False
-    fit_batch: bool = False
-    dropout_by_passes: tuple[tuple[float, float], ...] | None = None
-
-    def __post_init__(self) -> None:
-        if self.schedule is None:
-            self.schedule = default_schedule(self)
-        self._check()
-
-    @property
-    def planned(self) -> bool:
-        """Whether the schedule is planned for the budget (else: the paper's)."""
-        return self.schedule == "planned"
-
-    def _check(self) -> None:
-        """Every setting in its range, and a way to stop."""
-        if self.max_steps is None and self.max_minutes is None:
-            raise ValueError(
-                "set max_steps or max_minutes (or both): a run must know when to stop"
-            )
-        counts = ["vocab_size", "max_tokens", "accumulate", "warmup_steps", "log_every"]
-        counts += ["eval_every", "keep_checkpoints", "max_steps", "checkpoint_every"]
-        optional = ["max_steps", "checkpoint_every", "pad_multiple", "max_minutes"]
-        optional += ["pack_length"]
-        counts += ["pad_multiple", "pack_length"]
-        for name in [*counts, "max_minutes", "lr_scale", "checkpoint_minutes"]:
-            value, integer = getattr(self, name), name in counts
-            if value is None and name in optional:
-                continue
-            kind = int if integer else (int, float)
-            if isinstance(value, bool) or not isinstance(value, kind) or not value > 0:
-                what = "a positive integer" if integer else "a positive finite number"
-                raise ValueError(f"{name} must be {what}; got {value!r}")
-            if not math.isfinite(value):
-                raise ValueError(
-                    f"{name} must be a positive finite number; got {value!r}"
-                )
-        if self.pack_length is not None and self.pack_length % 8:
-            raise ValueError(
-                "pack_length must be a multiple of 8 (whole tiles for the matrix "
-                f"kernels); got {self.pack_length}"
-            )
-        if self.prefetch < 0:
-            raise ValueError(f"prefetch must be >= 0 batches; got {self.prefetch}")
-        for name in ["label_smoothing", "cooldown"]:
-            if not 0.0 <= (value := getattr(self, name)) < 1.0:
-                raise ValueError(f"{name} must be in [0, 1); got {value!r}")
-        if self.schedule not in SCHEDULES:
-            raise ValueError(
-                f"schedule must be one of {SCHEDULES}; got {self.schedule!r}"
-            )
-        if self.schedule == "planned" and self.cooldown:
-            raise ValueError(
-                "a planned schedule (a run of max_minutes alone has one by "
-                "default) falls to 0 at the end by itself: give schedule="
-                f"'planned' or a cooldown, not both (got cooldown={self.cooldown})"
-            )
-        check_precision(self.precision)
-        if not isinstance(self.fit_batch, bool):
-            raise ValueError(f"fit_batch must be True or False; got {self.fit_batch!r}")
-        if self.dropout_by_passes is not None:
-            check_dropout_lines(self.dropout_by_passes)
-
-    @classmethod
-    def preset(
-        cls, name: str, text: bool, cuda: bool = False, **given
-    ) -> TrainingConfig:
-        """The settings of preset `name` for real text (or the number corpus) on a CUDA
-        GPU (or not), under the settings `given`."""
-        settings = {**TRAINING_PRESETS[name], "split_punctuation": text}
-        if name == "small":
-            settings |= SMALL_DATA["text" if text else "numbers"]
-        if "max_tokens" in given:  # a batch given by name is the run's batch
-            settings.pop("fit_batch", None)
-        if given.get("max_steps") is None and given.get("max_minutes") is None:
-            if not (text and name == "tiny" and cuda):
-                raise ValueError(
-                    "say when to stop: max_steps and/or max_minutes (--max-steps N, "
-                    "--max-minutes M); only the tiny preset on real text on a CUDA "
-                    f"GPU has a default: {GPU_TEXT_STEPS:,} steps"
-                )
-            given = {**given, "max_steps": GPU_TEXT_STEPS}
-        told = ("checkpoint_minutes", "checkpoint_every")
-        if all(given.get(name) is None for name in told):
-            budget = given.get("max_steps"), given.get("max_minutes")
-            settings |= checkpoint_spacing(*budget)
-        return cls(**{**settings, **given})
-
-
-def check_dropout_lines(lines) -> None:
-    """dropout_by_passes: a tuple of (passes, P_drop) pairs, passes positive and
-    rising, each P_drop in [0, 1)."""
-    def number(x) -> bool:
-        return isinstance(x, (int, float)) and not isinstance(x, bool)
-
-    def line(pair) -> bool:
-        return (isinstance(pair, tuple) and len(pair) == 2 and all(map(number, pair))
-                and pair[0] > 0 and 0.0 <= pair[1] < 1.0)
-
-    lines_ok = isinstance(lines, tuple) and lines and all(map(line, lines))
-    if not (lines_ok and all(a[0] < b[0] for a, b in zip(lines, lines[1:]))):
-        raise ValueError(
-            "dropout_by_passes must be None or a tuple of (passes, P_drop) pairs, "
-            f"passes positive and rising, P_drop in [0, 1); got {lines!r}"
-        )
-
-
-SCHEDULES = ("paper", "planned")
-
-
-def default_schedule(config: TrainingConfig) -> str:
-    """The schedule of a run that names none: "planned" for a budget of minutes alone
-    (no max_steps, no cooldown), else "paper"."""
-    minutes_alone = config.max_minutes is not None and config.max_steps is None
-    return "planned" if minutes_alone and not config.cooldown else "paper"
-
-
-TRAINING_PRESETS: dict[str, dict] = {
-    "small": {"warmup_steps": 400, "lr_scale": 0.5},
-    "tiny": {
-        "vocab_size": 8000,
-        "max_tokens": 4096,
-        "warmup_steps": 800,  # Wu et al.: 2000; the rate after step 2000 is theirs
-        "lr_scale": 2.53,  # their peak 0.005 = 2.53 * 128^-0.5 * 2000^-0.5
-        "keep_checkpoints": 10,
-        "fit_batch": True,  # max_tokens halved for a budget of few updates (Runs)
-        "dropout_by_passes": ((10, 0.0), (30, 0.1)),  # P_drop of a short budget (Runs)
-    },
-    "base": {"vocab_size": 37000, "max_tokens": 25000, "warmup_steps": 4000},
-    "big": {
-        "vocab_size": 37000,
-        "max_tokens": 25000,
-        "warmup_steps": 4000,
-        "keep_checkpoints": 20,  # the paper averages the last 20 of the big model
-    },
-}
-SMALL_DATA = {  # the small preset's vocabulary and batch: numbers, or real text
-    "numbers": {"vocab_size": 200, "max_tokens": 2000, "eval_every": 200},
-    "text": {"vocab_size": 8000, "max_tokens": 4000, "eval_every": 400},
-}
-GPU_TEXT_STEPS = 16_000  # the tiny preset's budget on real text on a CUDA GPU
+from transformer.training import label_smoothed_loss, make_optimizer
 
 
 def rank_sampler(
@@ -316,10 +128,10 @@ def training_state(trainer: Trainer) -> dict:
     return {
         "model_config": trainer.model.config.to_dict(),
         "training_config": asdict(trainer.config),
+        "plan": trainer.plan.to_dict(),
         "tokenizer": trainer.data.tokenizer.to_str(),
         "model": trainer.model.state_dict(),
         "optimizer": trainer.optimizer.state_dict(),
-        "schedule": trainer.schedule.state_dict(),
         "scaler": trainer.scaler.state_dict(),
         "step": trainer.step,
         "epoch": trainer.batches.epoch,
@@ -339,7 +151,6 @@ def restore_training_state(trainer: Trainer, state: dict) -> None:
         )
     trainer.model.load_state_dict(state["model"])
     trainer.optimizer.load_state_dict(state["optimizer"])
-    trainer.schedule.load_state_dict(state["schedule"])
     trainer.scaler.load_state_dict(state["scaler"])
     trainer.step = state["step"]
     trainer.batches.seek(state["epoch"], state["batch_index"])
@@ -384,46 +195,42 @@ def check_vocabulary(model: Transformer, tokenizer: Tokenizer) -> None:
 class Trainer:
     """Trains `model` on `data` (see prepare_data) as `config` says, writing to `out`.
 
-    optimizer and schedule default to make_optimizer's Adam and the paper's schedule.
-    overwrite: delete another run's files in `out` first (see check_output_folder).
+    plan: the run's (make_plan); None: given_plan's, of `config` as given, its device
+    settings decided here. optimizer defaults to make_optimizer's Adam, whose rate the
+    Trainer sets before each update (Planner.rate). overwrite: delete another run's
+    files in `out` first (see check_output_folder).
     """
 
     def __init__(
         self, model: Transformer, data: PreparedData, config: TrainingConfig,
         out: str | Path, optimizer: torch.optim.Optimizer | None = None,
-        schedule: torch.optim.lr_scheduler.LRScheduler | None = None,
-        overwrite: bool = False,
+        overwrite: bool = False, plan: RunPlan | None = None,
     ):
-        self.config, self.out, self.data = config, Path(out), data
-        self.overwrite, self.owns_out = overwrite, False  # owns_out: out holds this run
         self.device = pick_device(config.device)
+        plan = plan or given_plan(model.config, config, self.device)
+        self.config, self.out, self.data = plan.training, Path(out), data
+        self.plan = replace(plan, model=model.config)  # what runs: its vocabulary too
+        self.overwrite, self.owns_out = overwrite, False  # owns_out: out holds this run
         self.rank, self.world_size = init_distributed(self.device)
         check_vocabulary(model, data.tokenizer)
         self.model = model.to(self.device)
         if self.device.type == "cpu" and FastPaths.enabled:
             keep_freed_memory()
-        torch.manual_seed(config.seed + self.rank)  # other dropout masks on each rank
-        if optimizer is None:
-            optimizer, schedule = make_optimizer(model, model.config.d_model,
-                                                 config.warmup_steps, config.lr_scale)
-        self.optimizer, self.schedule = optimizer, schedule
-        self.step, self.rate_factor = 0, 1.0  # rate_factor: set by fit (Planner)
-        self.dtype = autocast_dtype(config.precision, self.device)
+        torch.manual_seed(self.config.seed + self.rank)  # other masks on each rank
+        self.optimizer = optimizer or make_optimizer(model, model.config.d_model)[0]
+        self.step, self.rates = 0, Planner(self.config, model.config.d_model)
+        self.dtype = autocast_dtype(self.config.precision, self.device)
         self.scaler = torch.amp.GradScaler(self.device.type,
                                            enabled=self.dtype == torch.float16)
-        self.compile = (default_compile(self.device) if config.compile is None
-                        else config.compile)
-        self.batches = self.train_batches(config)
+        self.compile = self.config.compile
+        sampler = rank_sampler(data.train.lengths(), self.config, self.rank,
+                               self.world_size, self.config.pad_multiple)
+        self.batches = TrainBatches(data.train, sampler, self.config.prefetch,
+                                    self.device)
         self.network = data_parallel(self.model, self.device, self.world_size)
         self.forward_loss = self._loss if not self.compile else torch.compile(
-            self._loss, options=compile_options(config, self.device, self.world_size))
-
-    def train_batches(self, config: TrainingConfig) -> TrainBatches:
-        """This process's training batches under `config` (its max_tokens)."""
-        pad = config.pad_multiple or default_pad_multiple(self.compile)
-        sampler = rank_sampler(self.data.train.lengths(), config, self.rank,
-                               self.world_size, pad)
-        return TrainBatches(self.data.train, sampler, config.prefetch, self.device)
+            self._loss, options=compile_options(self.config, self.device,
+                                                self.world_size))
 
     def fit(self, progress: bool = True) -> dict[str, float]:
         """Train until max_steps, max_minutes or a signal; returns the last metrics.
@@ -432,16 +239,13 @@ class Trainer:
         config = self.config
         metrics: dict[str, float] = {}
         clock = Clock(config, self.world_size, self.device)
-        d_model, warmup = self.model.config.d_model, config.warmup_steps
-        # the peak of the paper's curve (a planned schedule holds PEAK_SHARE of it)
-        peak = learning_rate(warmup, d_model, warmup, config.lr_scale)
-        planner = Planner(config, clock, peak, self.step)
+        self.rates = Planner(config, self.model.config.d_model, self.step)
         window = LossWindow(self.device)
+        if progress and self.rank == 0:
+            print(self.plan.table(), flush=True)
         with holding_folder(self):
             log_to = run_log(self.out, config.max_steps, self.step, self.rank, progress)
             with log_to as log, deferred_signals(self.world_size == 1) as received:
-                if batch := self.fit_to_budget(clock):
-                    log({"step": self.step, "batch": batch})
                 while not received:
                     stop, checkpoint_due = clock.decide(self.step)
                     if stop:
@@ -449,12 +253,10 @@ class Trainer:
                     if checkpoint_due:
                         self.save()
                         clock.checkpointed()
-                    paper = self.schedule.get_last_lr()[0]
-                    rate = planner.rate(self.step + 1, clock.done(self.step), paper)
-                    self.rate_factor = rate / paper
-                    window.add(*self.train_step())
+                    rate = self.rates.rate(self.step + 1, clock.done(self.step))
+                    window.add(*self.train_step(rate))
                     log(None)
-                    if plan := planner.measure(self.step, rate):
+                    if plan := self.rates.measure(self.step, rate, clock):
                         text = plan.describe(config.max_minutes)
                         log({"step": self.step, "plan": {**asdict(plan), "text": text}})
                     last = self.step == config.max_steps
@@ -466,7 +268,6 @@ class Trainer:
                         evaluation = {"step": self.step, **self.validate()}
                         log(evaluation)
                         metrics = {**metrics, **evaluation}
-            self.rate_factor = 1.0  # a train_step called after fit: the schedule's rate
             if received:
                 return stopped_by_signal(self, metrics, received[0])
             self.save()
@@ -497,75 +298,32 @@ class Trainer:
         self.optimizer.zero_grad(set_to_none=True)
         return statistics.median(seconds[1:])
 
-    def fit_to_budget(self, clock: Clock) -> dict | None:
-        """Before the first update of a planned run of minutes alone (not compiled),
-        from one update timed: max_tokens halved (if fit_batch) when the budget holds
-        fewer than FEW_UPDATES updates, P_drop set by dropout_by_passes (if given) from
-        the passes over the training data it holds (fitted_dropout). Returns the
-        decision for the log (None: nothing to decide)."""
-        config = self.config
-        alone = config.planned and config.max_steps is None and config.max_minutes
-        lines = config.dropout_by_passes
-        fits = config.fit_batch or lines is not None
-        if not (fits and alone and self.step == 0) or self.compile:
-            return None
-        seconds = clock.rank0(self.time_update())  # one decision for every replica
-        minutes = config.max_minutes
-        tokens, updates = fitted_max_tokens(config.max_tokens, seconds, minutes)
-        per_pass = len(self.batches.sampler) / config.accumulate  # updates a pass
-        epochs = updates / per_pass
-        tokens, batch = (self.fit_batch(tokens) if config.fit_batch
-                         else (config.max_tokens, "as given"))
-        rate = fitted_dropout(epochs, lines) if lines is not None else None
-        if rate is not None:
-            set_dropout(self.model, rate)
-        dropout = self.model.config.dropout
-        # decided once: a run resumed, even from its checkpoint of step 0, keeps it
-        self.config = replace(config, max_tokens=tokens, fit_batch=False,
-                              dropout_by_passes=None)
-        under = [passes for passes, _ in lines or () if epochs < passes]
-        why = (f"under {under[0]:g} passes" if under
-               else f"{lines[-1][0]:g} passes or more" if lines else "the model's")
-        text = (f"batch {batch}, {tokens:,} tokens an update, P_drop {dropout:g} "
-                f"({why}): one of {config.max_tokens:,} took {seconds:.2f} s, about "
-                f"{updates:,} in {minutes:g} min, {epochs:.1f} passes over the data, "
-                f"of {per_pass:,.0f} updates each")
-        return {"max_tokens": tokens, "dropout": dropout, "seconds": seconds,
-                "updates": updates, "epochs": epochs, "text": text}
-
-    def fit_batch(self, tokens: int) -> tuple[int, str]:
-        """The run's batches made of `tokens` (fitted_max_tokens's choice), unless half
-        the batch is too small for the data: the tokens an update, and what was done."""
-        kept = self.config.max_tokens
-        if tokens == kept:
-            return kept, f"kept ({FEW_UPDATES:,} updates or more)"
-        try:
-            batches = self.train_batches(replace(self.config, max_tokens=tokens))
-        except ValueError:  # the half holds not the longest pair, or no packed row
-            return kept, (f"kept (under {FEW_UPDATES:,} updates, but half the batch is "
-                          "too small for this data)")
-        self.batches.close()
-        self.batches = batches
-        return tokens, f"halved (under {FEW_UPDATES:,} updates)"
-
     @classmethod
-    def from_config(
-        cls, model_config: TransformerConfig, config: TrainingConfig, out: str | Path,
-        state: dict | None = None, overwrite: bool = False,
-        resumed_from: Path | None = None,
+    def from_plan(
+        cls, plan: RunPlan, out: str | Path, overwrite: bool = False,
+        state: dict | None = None, resumed_from: Path | None = None,
     ) -> Trainer:
         """Check the output folder, prepare the data, build the model (its vocabulary
-        the tokenizer's) and a Trainer. resumed_from: the folder of `state`."""
+        the tokenizer's) and a Trainer that runs `plan`. resumed_from: the folder of
+        `state`, a checkpoint's."""
         own = resumed_from is not None and resumed_from.resolve() == Path(out).resolve()
-        if init_distributed(pick_device(config.device))[0] == 0:  # rank 0 writes
+        if init_distributed(pick_device(plan.training.device))[0] == 0:  # rank 0 writes
             check_output_folder(Path(out), own, overwrite)
         tokenizer = None if state is None else Tokenizer.from_str(state["tokenizer"])
-        model, data = model_and_data(model_config, config, tokenizer)
-        trainer = cls(model, data, config, out, overwrite=overwrite)
+        model, data = model_and_data(plan.model, plan.training, tokenizer)
+        trainer = cls(model, data, plan.training, out, overwrite=overwrite, plan=plan)
         trainer.owns_out = own
         if state is not None:
             restore_training_state(trainer, state)
         return trainer
+
+    @classmethod
+    def from_config(
+        cls, model_config: TransformerConfig, config: TrainingConfig, out: str | Path,
+        overwrite: bool = False,
+    ) -> Trainer:
+        """A new run of configurations made by hand (given_plan's plan)."""
+        return cls.from_plan(given_plan(model_config, config), out, overwrite)
 
     @classmethod
     def resume(
@@ -573,15 +331,10 @@ class Trainer:
         **overrides,
     ) -> Trainer:
         """Continue the run of a checkpoint (or of the newest checkpoint in a folder),
-        in its folder or in `out`."""
+        in its folder or in `out`, under its plan (resumed_plan) and `overrides`."""
         state, path = training_checkpoint(path)
-        settings = dict(state["training_config"])
-        if "few_epochs_dropout" in settings:  # its name from 0fc0402 to c287e4b: a
-            rate = settings.pop("few_epochs_dropout")  # P_drop under 30 passes
-            settings["dropout_by_passes"] = None if rate is None else ((30, rate),)
-        config = replace(TrainingConfig(**settings), **overrides)
-        return cls.from_config(TransformerConfig(**state["model_config"]), config,
-                               out or path.parent, state, overwrite, path.parent)
+        plan = resumed_plan(state, **overrides)
+        return cls.from_plan(plan, out or path.parent, overwrite, state, path.parent)
 
     def _loss(self, src: Tensor, tgt_in: Tensor, tgt_out: Tensor,
               segments: tuple[Tensor, Tensor] | None = None) -> Tensor:
@@ -596,9 +349,15 @@ class Trainer:
                 return label_smoothed_loss(out, tgt_out, epsilon)
             return output_loss(out, self.model.output.linear.weight, tgt_out, epsilon)
 
-    def train_step(self) -> tuple[Tensor, int]:
-        """One update. Returns this process's summed loss, a tensor left on the device
-        (reading it would make the host wait), and its number of target tokens."""
+    def train_step(self, rate: float | None = None) -> tuple[Tensor, int]:
+        """One update at `rate` (None: Planner.rate's, by steps). Returns this process's
+        summed loss, a tensor left on the device (reading it would make the host wait),
+        and its number of target tokens."""
+        if rate is None:
+            steps = self.config.max_steps
+            rate = self.rates.rate(self.step + 1, self.step / steps if steps else 0.0)
+        for group in self.optimizer.param_groups:
+            group["lr"] = rate
         self.network.train()
         batches = [self.batches.next() for _ in range(self.config.accumulate)]
         n_tokens = sum(batch.n_tokens for batch in batches)
@@ -614,11 +373,9 @@ class Trainer:
                 # DDP averages gradients over ranks; times world_size: a sum over tokens
                 self.scaler.scale(loss * (self.world_size / total)).backward()
             loss_sum += loss.detach()
-        with scaled_rates(self.optimizer, self.rate_factor):  # fit's Planner's
-            self.scaler.step(self.optimizer)
+        self.scaler.step(self.optimizer)
         self.scaler.update()
         self.optimizer.zero_grad(set_to_none=True)
-        self.schedule.step()
         self.step += 1
         return loss_sum, n_tokens
 
@@ -651,6 +408,7 @@ def holding_folder(trainer: Trainer) -> Iterator[None]:
         with folder_lock(out):
             check_output_folder(out, own, overwrite, remove=True)
             trainer.owns_out = True
+            trainer.plan.save(out)
             forget_metrics_after(out, trainer.step)
             yield
     finally:
@@ -666,14 +424,34 @@ def stopped_by_signal(trainer: Trainer, metrics: dict, signum: int) -> dict:
     return {**metrics, "step": trainer.step, "interrupted": signum}
 
 
-def set_dropout(model: Transformer, p: float) -> None:
-    """P_drop of a built model: in its configuration (which the checkpoints keep) and
-    in its Dropout modules, those of the sub-layers and the embeddings (attention and
-    the FFN have rates of their own)."""
-    model.config = replace(model.config, dropout=p)
-    for module in model.modules():
-        if isinstance(module, Dropout):
-            module.p = p
+def time_first_update(model_config: TransformerConfig,
+                      config: TrainingConfig) -> Timing:
+    """One update of the run of these configurations, timed before it starts (rank
+    0's seconds on every process), the updates of a pass over its training data, and
+    whether half its batch still makes batches of that data."""
+    with tempfile.TemporaryDirectory() as folder:
+        model, data = model_and_data(model_config, config)
+        probe = Trainer(model, data, config, folder)
+        try:
+            clock = Clock(config, probe.world_size, probe.device)
+            seconds = clock.rank0(probe.time_update())
+            config = probe.config  # its device settings decided
+            half = replace(config, max_tokens=config.max_tokens // 2)
+            try:
+                rank_sampler(data.train.lengths(), half, probe.rank, probe.world_size,
+                             config.pad_multiple)
+            except ValueError:  # the half holds not the longest pair, or no packed row
+                return Timing(seconds, len(probe.batches.sampler) / config.accumulate,
+                              half_fits=False)
+            return Timing(seconds, len(probe.batches.sampler) / config.accumulate)
+        finally:
+            probe.batches.close()
+
+
+def plan_run(preset: str | None = None, model: dict | None = None,
+             **given) -> RunPlan:
+    """make_plan, timing an update where a decision needs one (time_first_update)."""
+    return make_plan(preset, model, time_first_update, **given)
 
 
 def compile_options(
@@ -707,36 +485,7 @@ def model_and_data(
     return Transformer(model_config), data
 
 
-def default_preset(text: bool) -> str:
-    """tiny on real text (a width that trains in minutes on a CPU and in one GPU run
-    matches the published Multi30k figures); small on the number corpus."""
-    return "tiny" if text else "small"
-
-
-def checkpoint_spacing(max_steps: int | None, max_minutes: float | None) -> dict:
-    """About 15 checkpoints over the budget (steps, minutes or both; at most 10 minutes
-    apart, the paper's), so that the run's last third holds the 5 its final model
-    averages."""
-    spacing = {}
-    if max_minutes is not None:
-        spacing["checkpoint_minutes"] = min(10.0, max_minutes / 15)
-    if max_steps is not None:
-        spacing["checkpoint_every"] = max(1, max_steps // 15)
-    return spacing
-
-
-def final_average(config: TrainingConfig, average_last: int | None = None) -> int:
-    """How many of the newest checkpoints the final model averages: average_last if
-    given, else the paper's 5, or 1 after a run whose rate fell to 0 at its end (a
-    cool-down or a planned schedule), whose last checkpoint is already the end of a
-    decay."""
-    return average_last or (1 if config.cooldown or config.planned else 5)
-
-
 __all__ = [
-    'TrainingConfig',
-    'check_dropout_lines',
-    'default_schedule',
     'rank_sampler',
     'TrainBatches',
     'training_state',
@@ -746,10 +495,8 @@ __all__ = [
     'Trainer',
     'holding_folder',
     'stopped_by_signal',
-    'set_dropout',
+    'time_first_update',
+    'plan_run',
     'compile_options',
     'model_and_data',
-    'default_preset',
-    'checkpoint_spacing',
-    'final_average',
 ]

@@ -1,0 +1,263 @@
+"""Tests of transformer/plan.py (book/plan.md): one plan a run, decided before its first update,
+printed, saved and read back; the Trainer that runs it and changes none of it."""
+
+import json
+from dataclasses import asdict, replace
+from unittest import mock
+
+import pytest
+import torch
+
+from transformer import Trainer, TrainingConfig, TransformerConfig, load_checkpoint, save_checkpoint
+from transformer import devices
+from transformer.plan import (
+    BUDGET_FITS,
+    GPU_TEXT_STEPS,
+    SMALL_DATA,
+    BudgetFit,
+    Decision,
+    RunPlan,
+    Timing,
+    device_settings,
+    make_plan,
+)
+from transformer.runs import FEW_UPDATES
+from transformer.trainer import time_first_update
+
+TINY = TransformerConfig(d_model=32, n_heads=4, d_ff=64, n_layers=2, dropout=0.1)
+SHAPE = {"d_model": 32, "n_heads": 4, "d_ff": 64, "n_layers": 2}  # TINY but for P_drop
+RUN = dict(vocab_size=60, warmup_steps=10, lr_scale=1.0, precision="fp32", device="cpu", log_every=2,
+           eval_every=3, checkpoint_minutes=1e9)
+HALVE = BudgetFit(halve_batch=True)
+
+
+def _plan(corpus, seconds=None, fit=HALVE, model=None, tokens=120, **overrides):
+    """A plan of the small preset at TINY's shape on the tiny corpus, its batch for real text `tokens`, a
+    planned run of minutes alone by default; `seconds`: its update's time as if timed (None: timed), for a
+    decision that must not depend on this machine's speed."""
+    settings = dict(RUN, data=str(corpus), max_minutes=0.01) | overrides
+    timer = time_first_update
+    if seconds is not None:
+        def timer(model_config, config):
+            return replace(time_first_update(model_config, config), seconds=seconds)
+    with mock.patch.dict(SMALL_DATA["text"], max_tokens=tokens):
+        return make_plan("small", {**SHAPE, **(model or {})}, timer, fit, **settings)
+
+
+def _steps(trainer, n):
+    losses = [trainer.train_step() for _ in range(n)]
+    return [(loss.item(), tokens) for loss, tokens in losses], trainer.model.state_dict()
+
+
+def _assert_trains_as(trainer, corpus, out, n, model=TINY, **settings):
+    """The next n updates of `trainer` equal, loss by loss and weight by weight, those of a run of
+    configurations made by hand with `model` and `settings` (minutes alone), never timed."""
+    steps, weights = _steps(trainer, n)
+    config = TrainingConfig(**dict(RUN, data=str(corpus), max_minutes=0.01, split_punctuation=True) | settings)
+    oracle_steps, oracle_weights = _steps(Trainer.from_config(model, config, out), n)
+    assert steps == oracle_steps
+    for name, expected in oracle_weights.items():
+        assert torch.equal(weights[name], expected), name
+
+
+def test_a_plan_says_where_each_setting_came_from():
+    plan = make_plan(max_steps=300, precision="fp32", log_every=7)
+    why = {d.setting: d.why for d in plan.decisions}
+    assert why["preset"] == "the number corpus: small" and why["max_steps"] == why["precision"] == "given"
+    assert why["vocab_size"] == why["max_tokens"] == "preset small on the number corpus"
+    assert why["warmup_steps"] == "preset small" and why["checkpoint_every"] == "about 15 over the budget"
+    assert plan.training.checkpoint_every == 20 and plan.training.precision == "fp32"
+    assert why["compile"].startswith("cpu: ") and plan.training.compile is False
+    assert plan.training.pad_multiple == 1 and plan.training.schedule == "paper"
+    assert plan.model == TransformerConfig.small(), "the preset's model"
+    rows = plan.table().splitlines()
+    assert rows[0].split() == ["setting", "value", "why"] and len(rows) == len(plan.decisions) + 1
+    assert any(row.split()[:3] == ["max_tokens", "2,000", "preset"] for row in rows), rows
+    assert RunPlan.from_dict(json.loads(json.dumps(plan.to_dict()))) == plan, "saved and read back whole"
+
+
+def test_presets_follow_the_data_and_the_budget():
+    text = make_plan("small", data="corpus", max_minutes=60)
+    assert (text.training.vocab_size, text.training.max_tokens, text.training.split_punctuation) == (8000, 4000, True)
+    assert text.training.checkpoint_minutes == 4.0 and text.training.checkpoint_every is None
+    assert make_plan("tiny", data="corpus", max_steps=10**6).training.checkpoint_minutes == 10.0, "the paper's"
+    given = make_plan("tiny", data="corpus", max_steps=90, checkpoint_every=7, lr_scale=1.0).training
+    assert (given.checkpoint_every, given.lr_scale, given.warmup_steps) == (7, 1.0, 800)
+    assert make_plan("big", data="corpus", max_steps=10).training.keep_checkpoints == 20
+    with mock.patch("transformer.plan.pick_device", return_value=torch.device("cuda", 0)), \
+            mock.patch("transformer.plan.device_settings", return_value=[]):
+        gpu = make_plan(data="corpus")
+    assert gpu.training.max_steps == GPU_TEXT_STEPS and gpu.why("max_steps") == "tiny on real text on a CUDA GPU"
+    for preset, data in (("tiny", "corpus"), ("small", "corpus"), ("tiny", "numbers")):
+        with pytest.raises(ValueError, match="say when to stop"):
+            make_plan(preset, data=data)
+    with pytest.raises(ValueError, match="preset must be one of small, tiny, base, big; got 'huge'"):
+        make_plan("huge", max_steps=1)
+
+
+def _card(capability, name="cuda"):
+    """device_settings on a CUDA card of `capability` as torch reports it: bf16 is 'supported' on every
+    card unless asked without emulation (torch's is_bf16_supported)."""
+    with mock.patch("torch.cuda.get_device_capability", return_value=capability), \
+            mock.patch("torch.cuda.is_bf16_supported",
+                       side_effect=lambda including_emulation=True: capability >= (8, 0) or including_emulation):
+        return {d.setting: d.value for d in device_settings(torch.device(name, 0))}
+
+
+@pytest.mark.parametrize("card, capability, precision, compiled", [
+    ("P100", (6, 0), "fp16", False), ("V100", (7, 0), "fp16", True), ("T4", (7, 5), "fp16", True),
+    ("A100", (8, 0), "bf16", True), ("RTX 3090", (8, 6), "bf16", True), ("H100", (9, 0), "bf16", True)])
+def test_each_kind_of_cuda_card_gets_the_precision_it_has_in_hardware_and_a_step_inductor_compiles(
+        card, capability, precision, compiled):
+    """The goal of the reader's-GPU issue: fp16 below compute capability 8.0, bf16 from it, never emulated
+    bf16; Triton (Inductor's GPU kernels) needs 7.0."""
+    decided = _card(capability)
+    assert (decided["precision"], decided["compile"]) == (precision, compiled), card
+    assert decided["pad_multiple"] == (8 if compiled else 1)
+
+
+def test_bf16_given_on_a_card_without_it_is_kept_but_not_compiled():
+    with mock.patch("torch.cuda.get_device_capability", return_value=(7, 5)):
+        decided = device_settings(torch.device("cuda", 0), precision="bf16")
+    assert [(d.value, d.why) for d in decided][:2] == [
+        ("bf16", "given"), (False, "compute capability 7.5: Inductor skips bf16 below 8.0")]
+
+
+def test_a_cpu_gets_bf16_only_where_its_products_are_faster_and_mps_fp32():
+    for speedup, expected in ((3.0, "bf16"), (1.49, "fp32"), (0.05, "fp32")):
+        with mock.patch.object(devices, "cpu_bf16_speedup", return_value=speedup):
+            decided = device_settings(torch.device("cpu"))
+        assert [d.value for d in decided] == [expected, False, 1], speedup
+        assert f"{speedup:.2f}x" in decided[0].why or f"{speedup:.1f}x" in decided[0].why
+    assert [d.value for d in device_settings(torch.device("mps"))] == ["fp32", False, 1]
+
+
+def test_a_budget_of_few_updates_halves_the_batch_and_trains_as_that_batch_given_by_name(tiny_corpus, tmp_path):
+    """Oracle: a run given the half batch by name, update by update: the timing, in a Trainer of its own
+    before the run's, leaves no trace (weights, dropout's random numbers, the batches' position)."""
+    plan = _plan(tiny_corpus)
+    assert plan.training.max_tokens == 60, plan.table()
+    assert plan.why("max_tokens").startswith("one update of 120 took ")
+    assert plan.why("max_tokens").endswith(f" in 0.01 min, under {FEW_UPDATES:,}: halved")
+    fitted = Trainer.from_plan(plan, tmp_path / "fitted")
+    assert fitted.config.max_tokens == fitted.batches.sampler.max_tokens == 60
+    _assert_trains_as(fitted, tiny_corpus, tmp_path / "given", 4, max_tokens=60)
+
+
+def test_a_budget_of_few_passes_sets_the_dropout_of_its_line_and_trains_as_a_model_built_with_it(
+        tiny_corpus, tmp_path):
+    """Oracle: a model built with that P_drop by name, given the half batch, update by update. The lines
+    are placed around the budget's passes: the first line it is under decides, and 0 is a rate."""
+    timing = time_first_update(TransformerConfig.small(**SHAPE), TrainingConfig(
+        **RUN, data=str(tiny_corpus), max_minutes=0.01, max_tokens=120, split_punctuation=True))
+    passes = int(60 * 0.01 / 0.1) / timing.updates_a_pass  # the budget's, at 0.1 s an update
+    for lines, rate in [(((passes / 2, 0.2), (passes * 2, 0.3)), 0.3), (((passes * 2, 0.0), (passes * 4, 0.3)), 0.0)]:
+        plan = _plan(tiny_corpus, seconds=0.1, fit=BudgetFit(True, lines))
+        assert plan.model.dropout == rate, (lines, plan.table())
+        assert plan.why("dropout") == (f"{passes:.1f} passes over the data ({timing.updates_a_pass:,.0f} updates "
+                                       f"each), under {passes * 2:g}")
+    plan = _plan(tiny_corpus, seconds=0.1, fit=BudgetFit(True, ((1000, 0.3),)))
+    assert (plan.training.max_tokens, plan.model.dropout) == (60, 0.3)
+    fitted = Trainer.from_plan(plan, tmp_path / "fitted")
+    assert fitted.model.config.dropout == 0.3, "the configuration the checkpoints keep"
+    _assert_trains_as(fitted, tiny_corpus, tmp_path / "given", 4, replace(TINY, dropout=0.3), max_tokens=60)
+
+
+def test_what_is_given_by_name_is_kept_and_the_rest_still_fitted(tiny_corpus, tmp_path):
+    plan = _plan(tiny_corpus, seconds=0.1, fit=BudgetFit(True, ((1000, 0.3),)), max_tokens=120)
+    assert plan.training.max_tokens == 120 and plan.why("max_tokens") == "given"
+    assert plan.model.dropout == 0.3, "the dropout still fitted"
+    plan = _plan(tiny_corpus, seconds=0.1, fit=BudgetFit(True, ((1000, 0.3),)), model={"dropout": 0.2})
+    assert plan.training.max_tokens == 60 and plan.model.dropout == 0.2 and plan.why("dropout") == "given"
+    never = mock.Mock(side_effect=AssertionError("timed"))
+    both = make_plan("small", {**SHAPE, "dropout": 0.2}, never, BudgetFit(True, ((1000, 0.3),)),
+                     **dict(RUN, data=str(tiny_corpus), max_minutes=0.01, max_tokens=120))
+    assert both.training.max_tokens == 120 and not never.called, "nothing to fit: nothing timed"
+
+
+def test_a_budget_of_many_updates_or_a_half_too_small_keeps_the_batch(tiny_corpus, tmp_path):
+    plan = _plan(tiny_corpus, max_minutes=1e6, fit=BudgetFit(True, ((1000, 0.3),)))
+    assert plan.training.max_tokens == 120 and plan.why("max_tokens").endswith(f"{FEW_UPDATES:,} or more: kept")
+    assert plan.model.dropout == TINY.dropout and plan.why("dropout").endswith("1000 or more: the model's")
+    trainer = Trainer.from_plan(plan, tmp_path / "many")
+    _assert_trains_as(trainer, tiny_corpus, tmp_path / "untimed", 3, max_minutes=1e6, max_tokens=120)
+    longest = int(trainer.data.train.lengths().max())
+    plan = _plan(tiny_corpus, seconds=0.1, tokens=2 * longest - 1, fit=BudgetFit(True, ((1000, 0.3),)))
+    assert plan.training.max_tokens == 2 * longest - 1, "half of it holds not the longest pair"
+    assert plan.why("max_tokens").endswith("but half is too small for this data: kept")
+    assert plan.model.dropout == 0.3, "still a budget of few passes"
+
+
+def test_only_a_planned_run_of_minutes_alone_not_compiled_is_timed(tiny_corpus):
+    never = mock.Mock(side_effect=AssertionError("timed"))
+    settings, preset = dict(RUN, data=str(tiny_corpus)), SMALL_DATA["text"]["max_tokens"]
+    for overrides in (dict(max_minutes=0.01, schedule="paper"), dict(max_steps=5, schedule="planned"),
+                      dict(max_steps=5), dict(max_minutes=0.01, compile=True)):
+        plan = make_plan("small", SHAPE, never, HALVE, **settings | overrides)
+        assert plan.training.max_tokens == preset, overrides
+    assert make_plan("small", SHAPE, never, None, **settings, max_minutes=0.01).training.max_tokens == preset
+    assert not never.called
+    with pytest.raises(ValueError, match="this plan times one update .*: give make_plan a timer"):
+        make_plan("small", SHAPE, None, HALVE, **settings, max_minutes=0.01)
+
+
+def test_the_tiny_presets_budget_fit_and_bad_lines():
+    assert BUDGET_FITS["tiny"] == BudgetFit(True, ((10, 0.0), (30, 0.1)))
+    assert set(BUDGET_FITS) == {"tiny"}, "the other presets keep their batch and P_drop"
+    for lines in (0.1, [(10, 0.1)], ((10,),), ((10, 1.0),), ((10, -0.1),), ((10, True),), ((0, 0.1),),
+                  ((10, "0.1"),), ((30, 0.1), (10, 0.0)), ((10, 0.1), (10, 0.0))):
+        with pytest.raises(ValueError, match=r"dropout_by_passes must be a tuple of \(passes, P_drop\) pairs, "
+                                             r"passes positive and rising, P_drop in \[0, 1\); got "):
+            BudgetFit(True, lines)
+
+
+def test_the_plan_is_printed_first_saved_and_the_trainer_runs_it_unchanged(tiny_corpus, tmp_path, capsys):
+    """The Trainer's configuration, sampler and model at the end are the objects it was built with."""
+    plan = _plan(tiny_corpus, seconds=0.1, fit=BudgetFit(True, ((1000, 0.3),)), max_minutes=0.005)
+    trainer = Trainer.from_plan(plan, tmp_path / "run")
+    built = trainer.config, trainer.batches.sampler, trainer.model, trainer.model.config
+    seen = []
+    trainer.optimizer.register_step_pre_hook(
+        lambda *_: seen.append((trainer.config, trainer.batches.sampler, trainer.model.config)))
+    trainer.fit(progress=True)
+    assert seen and all(s == (built[0], built[1], built[3]) and s[0] is built[0] and s[1] is built[1]
+                        for s in seen)
+    assert trainer.model is built[2] and trainer.model.config.dropout == 0.3
+    out = capsys.readouterr().out
+    assert out.startswith(plan.table().splitlines()[0]) and "halved" in out.split("step ")[0]
+    saved = json.loads((tmp_path / "run" / "plan.json").read_text())
+    assert saved == json.loads(json.dumps(trainer.plan.to_dict()))
+    assert saved["training"]["max_tokens"] == 60 and saved["model"]["dropout"] == 0.3
+    assert saved["model"]["src_vocab_size"] == trainer.model.config.src_vocab_size, "the model that ran"
+
+
+def test_a_resumed_run_reads_its_plan_and_says_what_was_given_again(tiny_corpus, tmp_path):
+    plan = _plan(tiny_corpus, seconds=0.1, fit=BudgetFit(True, ((1000, 0.3),)))
+    path = Trainer.from_plan(plan, tmp_path / "run").save()
+    resumed = Trainer.resume(path, max_minutes=0.02)
+    assert (resumed.config.max_tokens, resumed.model.config.dropout) == (60, 0.3), "not fitted again"
+    assert resumed.batches.sampler.max_tokens == 60
+    old = {d.setting: d for d in plan.decisions}
+    new = {d.setting: d for d in resumed.plan.decisions}
+    assert new["max_minutes"] == Decision("max_minutes", 0.02, "given at resume")
+    assert {k: v for k, v in new.items() if k != "max_minutes"} == {k: v for k, v in old.items()
+                                                                     if k != "max_minutes"}
+    again = Trainer.resume(path, precision="auto")
+    assert again.plan.why("precision") != "given at resume" and again.config.precision in ("fp32", "bf16")
+
+
+def test_a_checkpoint_from_before_plans_resumes_on_its_settings(tiny_corpus, tmp_path):
+    """Before plans a checkpoint held its configurations alone, with the fitting's fields (fit_batch,
+    dropout_by_passes; few_epochs_dropout from 0fc0402 to c287e4b), already applied: they are dropped."""
+    config = TrainingConfig(**RUN, data=str(tiny_corpus), max_steps=2, max_tokens=120, split_punctuation=True)
+    state = load_checkpoint(Trainer.from_config(TINY, config, tmp_path / "run").save())
+    del state["plan"]
+    old = {**state["training_config"], "precision": "auto", "compile": None, "pad_multiple": None}
+    for i, fitting in enumerate([{"fit_batch": False, "dropout_by_passes": None}, {"few_epochs_dropout": 0.1}]):
+        path = tmp_path / f"old{i}" / "checkpoint-00000000.pt"
+        save_checkpoint({**state, "training_config": {**old, **fitting}, "schedule": {}}, path)
+        resumed = Trainer.resume(path)
+        assert resumed.config.max_tokens == 120 and resumed.model.config.dropout == TINY.dropout
+        assert resumed.plan.why("max_tokens") == "from the checkpoint (before plans)"
+        assert resumed.config.precision in ("fp32", "bf16") and resumed.plan.why("precision") != "given"
+        assert asdict(resumed.config).keys() == asdict(config).keys()

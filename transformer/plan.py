@@ -1,0 +1,496 @@
+# Generated from book/plan.md by tools/export.py: edit the chapter.
+"""The plan of a run: its settings, its presets, and every decision with its reason,
+made once before the first update."""
+
+from __future__ import annotations
+
+import json
+import math
+from collections.abc import Callable
+from dataclasses import asdict, dataclass, field, fields, replace
+from pathlib import Path
+
+import torch
+
+from transformer.devices import (
+    check_precision,
+    default_compile,
+    default_pad_multiple,
+    default_precision,
+    pick_device,
+)
+from transformer.files import write_atomically
+from transformer.model import TransformerConfig
+from transformer.runs import FEW_UPDATES, fitted_dropout, fitted_max_tokens
+
+
+@dataclass
+class TrainingConfig:
+    """Settings of a training run.
+
+    max_tokens: tokens per side (source, target) of one update, over all processes and
+    accumulation steps (the paper: 25000); a batch of one process holds
+    max_tokens // (processes * accumulate). compile=None compiles on CUDA only;
+    pad_multiple=None pads lengths to a multiple of 8 when compiling, else not at all.
+    pack_length: pack whole pairs into rows of this many tokens a side, max_tokens //
+    pack_length rows a batch (Data chapter, Packing); None: batches by length, padded.
+    prefetch: batches prepared ahead by a background thread. cache_dir: where prepared
+    corpora are kept (None: see default_cache_dir). split_punctuation: the tokenizer
+    isolates punctuation (Data chapter; the command line's choice for real text).
+    lowercase: the tokenizer lowercases all text, and so do translate and evaluate.
+    cooldown: the last fraction of the run (of max_steps or max_minutes, whichever
+    ends it), over which the rate's multiplier falls linearly from 1 to 0; 0: none.
+    schedule: "paper" or "planned" (Runs chapter); None: default_schedule's choice.
+    """
+
+    data: str = "numbers"
+    src_lang: str = "en"
+    tgt_lang: str = "de"
+    vocab_size: int = 8000
+    max_tokens: int = 25000
+    accumulate: int = 1
+    max_steps: int | None = None
+    max_minutes: float | None = None
+    warmup_steps: int = 4000
+    lr_scale: float = 1.0
+    cooldown: float = 0.0
+    schedule: str | None = None
+    label_smoothing: float = 0.1
+    precision: str = "auto"
+    compile: bool | None = None
+    pad_multiple: int | None = None
+    pack_length: int | None = None
+    prefetch: int = 4
+    device: str = "auto"
+    seed: int = 0
+    log_every: int = 50
+    eval_every: int = 500
+    checkpoint_minutes: float = 10.0
+    checkpoint_every: int | None = None
+    keep_checkpoints: int = 5
+    cache_dir: str | None = None
+    split_punctuation: bool = False
+    lowercase: bool = False
+
+    def __post_init__(self) -> None:
+        if self.schedule is None:
+            self.schedule = default_schedule(self)
+        self._check()
+
+    @property
+    def planned(self) -> bool:
+        """Whether the schedule is planned for the budget (else: the paper's)."""
+        return self.schedule == "planned"
+
+    def _check(self) -> None:
+        """Every setting in its range, and a way to stop."""
+        if self.max_steps is None and self.max_minutes is None:
+            raise ValueError(
+                "set max_steps or max_minutes (or both): a run must know when to stop"
+            )
+        counts = ["vocab_size", "max_tokens", "accumulate", "warmup_steps", "log_every"]
+        counts += ["eval_every", "keep_checkpoints", "max_steps", "checkpoint_every"]
+        optional = ["max_steps", "checkpoint_every", "pad_multiple", "max_minutes"]
+        optional += ["pack_length"]
+        counts += ["pad_multiple", "pack_length"]
+        for name in [*counts, "max_minutes", "lr_scale", "checkpoint_minutes"]:
+            value, integer = getattr(self, name), name in counts
+            if value is None and name in optional:
+                continue
+            kind = int if integer else (int, float)
+            if isinstance(value, bool) or not isinstance(value, kind) or not value > 0:
+                what = "a positive integer" if integer else "a positive finite number"
+                raise ValueError(f"{name} must be {what}; got {value!r}")
+            if not math.isfinite(value):
+                raise ValueError(
+                    f"{name} must be a positive finite number; got {value!r}"
+                )
+        if self.pack_length is not None and self.pack_length % 8:
+            raise ValueError(
+                "pack_length must be a multiple of 8 (whole tiles for the matrix "
+                f"kernels); got {self.pack_length}"
+            )
+        if self.prefetch < 0:
+            raise ValueError(f"prefetch must be >= 0 batches; got {self.prefetch}")
+        for name in ["label_smoothing", "cooldown"]:
+            if not 0.0 <= (value := getattr(self, name)) < 1.0:
+                raise ValueError(f"{name} must be in [0, 1); got {value!r}")
+        if self.schedule not in SCHEDULES:
+            raise ValueError(
+                f"schedule must be one of {SCHEDULES}; got {self.schedule!r}"
+            )
+        if self.schedule == "planned" and self.cooldown:
+            raise ValueError(
+                "a planned schedule (a run of max_minutes alone has one by "
+                "default) falls to 0 at the end by itself: give schedule="
+                f"'planned' or a cooldown, not both (got cooldown={self.cooldown})"
+            )
+        check_precision(self.precision)
+
+
+SCHEDULES = ("paper", "planned")
+
+
+def default_schedule(config: TrainingConfig) -> str:
+    """The schedule of a run that names none: "planned" for a budget of minutes alone
+    (no max_steps, no cooldown), else "paper"."""
+    minutes_alone = config.max_minutes is not None and config.max_steps is None
+    return "planned" if minutes_alone and not config.cooldown else "paper"
+
+
+TRAINING_PRESETS: dict[str, dict] = {
+    "small": {"warmup_steps": 400, "lr_scale": 0.5},
+    "tiny": {
+        "vocab_size": 8000,
+        "max_tokens": 4096,
+        "warmup_steps": 800,  # Wu et al.: 2000; the rate after step 2000 is theirs
+        "lr_scale": 2.53,  # their peak 0.005 = 2.53 * 128^-0.5 * 2000^-0.5
+        "keep_checkpoints": 10,
+    },
+    "base": {"vocab_size": 37000, "max_tokens": 25000, "warmup_steps": 4000},
+    "big": {
+        "vocab_size": 37000,
+        "max_tokens": 25000,
+        "warmup_steps": 4000,
+        "keep_checkpoints": 20,  # the paper averages the last 20 of the big model
+    },
+}
+SMALL_DATA = {  # the small preset's vocabulary and batch: numbers, or real text
+    "numbers": {"vocab_size": 200, "max_tokens": 2000, "eval_every": 200},
+    "text": {"vocab_size": 8000, "max_tokens": 4000, "eval_every": 400},
+}
+GPU_TEXT_STEPS = 16_000  # the tiny preset's budget on real text on a CUDA GPU
+
+
+@dataclass(frozen=True)
+class BudgetFit:
+    """How a planned run of minutes alone fits itself to its budget, from one update
+    timed: halve_batch (max_tokens halved under FEW_UPDATES updates) and
+    dropout_by_passes, (passes, P_drop) lines in rising passes (fitted_dropout)."""
+
+    halve_batch: bool = True
+    dropout_by_passes: tuple[tuple[float, float], ...] = ()
+
+    def __post_init__(self) -> None:
+        def line(pair) -> bool:
+            numbers = all(isinstance(x, (int, float)) and not isinstance(x, bool)
+                          for x in pair)
+            return len(pair) == 2 and numbers and pair[0] > 0 and 0 <= pair[1] < 1
+
+        lines = self.dropout_by_passes
+        if not (isinstance(lines, tuple) and all(isinstance(x, tuple) and line(x)
+                                                 for x in lines)
+                and all(a[0] < b[0] for a, b in zip(lines, lines[1:]))):
+            raise ValueError(
+                "dropout_by_passes must be a tuple of (passes, P_drop) pairs, passes "
+                f"positive and rising, P_drop in [0, 1); got {lines!r}"
+            )
+
+
+BUDGET_FITS = {"tiny": BudgetFit(True, ((10, 0.0), (30, 0.1)))}  # (Runs chapter)
+
+
+def default_preset(text: bool) -> str:
+    """tiny on real text (a width that trains in minutes on a CPU and in one GPU run
+    matches the published Multi30k figures); small on the number corpus."""
+    return "tiny" if text else "small"
+
+
+def checkpoint_spacing(max_steps: int | None, max_minutes: float | None) -> dict:
+    """About 15 checkpoints over the budget (steps, minutes or both; at most 10 minutes
+    apart, the paper's), so that the run's last third holds the 5 its final model
+    averages."""
+    spacing = {}
+    if max_minutes is not None:
+        spacing["checkpoint_minutes"] = min(10.0, max_minutes / 15)
+    if max_steps is not None:
+        spacing["checkpoint_every"] = max(1, max_steps // 15)
+    return spacing
+
+
+def final_average(config: TrainingConfig, average_last: int | None = None) -> int:
+    """How many of the newest checkpoints the final model averages: average_last if
+    given, else the paper's 5, or 1 after a run whose rate fell to 0 at its end (a
+    cool-down or a planned schedule), whose last checkpoint is already the end of a
+    decay."""
+    return average_last or (1 if config.cooldown or config.planned else 5)
+
+
+@dataclass(frozen=True)
+class Decision:
+    """One setting of a run: its value, and where it came from."""
+
+    setting: str
+    value: object
+    why: str
+
+
+@dataclass
+class RunPlan:
+    """The resolved configurations of a run and the decisions behind them."""
+
+    model: TransformerConfig
+    training: TrainingConfig
+    decisions: list[Decision] = field(default_factory=list)
+
+    def why(self, setting: str) -> str | None:
+        """Where `setting` came from (None: the dataclass's default)."""
+        return next((d.why for d in self.decisions if d.setting == setting), None)
+
+    def table(self) -> str:
+        """The decisions, one a line: setting, value, where it came from."""
+        width = max([len(d.setting) for d in self.decisions] + [7])
+        values = [shown(d.value) for d in self.decisions]
+        column = max([len(v) for v in values] + [5])
+        lines = [f"{'setting':<{width}}  {'value':<{column}}  why"]
+        lines += [f"{d.setting:<{width}}  {v:<{column}}  {d.why}"
+                  for d, v in zip(self.decisions, values)]
+        return "\n".join(lines)
+
+    def to_dict(self) -> dict:
+        """The plan as JSON holds it (plan.json, a checkpoint's "plan")."""
+        return {"model": self.model.to_dict(), "training": asdict(self.training),
+                "decisions": [asdict(d) for d in self.decisions]}
+
+    @classmethod
+    def from_dict(cls, saved: dict) -> RunPlan:
+        return cls(TransformerConfig(**saved["model"]),
+                   TrainingConfig(**saved["training"]),
+                   [Decision(**d) for d in saved["decisions"]])
+
+    def save(self, out: Path) -> Path:
+        """out/plan.json, whole or not at all."""
+        text = json.dumps(self.to_dict(), indent=1) + "\n"
+        write_atomically(out / "plan.json", lambda file: file.write(text.encode()))
+        return out / "plan.json"
+
+
+def shown(value: object) -> str:
+    """A setting's value as the plan's table shows it: 4,096; 0.667; True."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        return str(value)
+    return f"{value:,}" if isinstance(value, int) else f"{value:.3g}"
+
+
+def given_plan(model_config: TransformerConfig, config: TrainingConfig,
+               device: torch.device | None = None) -> RunPlan:
+    """The plan of configurations made by hand: each setting not at its default is
+    "given", and the device's are decided (resolved)."""
+    defaults = TrainingConfig(max_steps=1)
+    decisions = [Decision(f.name, getattr(config, f.name), "given")
+                 for f in fields(config)
+                 if getattr(config, f.name) != getattr(defaults, f.name)]
+    config, decided = resolved(config, device)
+    decisions = [d for d in decisions if d.setting not in {x.setting for x in decided}]
+    return RunPlan(model_config, config, decisions + decided)
+
+
+def device_settings(device: torch.device, precision: str = "auto",
+                    compile: bool | None = None,
+                    pad_multiple: int | None = None) -> list[Decision]:
+    """The precision, compile and pad_multiple of a run on `device`: those given, the
+    device's defaults for the rest (precision "auto", compile or pad_multiple None)."""
+    check_precision(precision)
+    if precision == "auto":
+        decided = [Decision("precision", *default_precision(device))]
+    else:
+        decided = [Decision("precision", precision, "given")]
+    if compile is None:
+        decided.append(Decision("compile", *default_compile(device, decided[0].value)))
+    else:
+        decided.append(Decision("compile", compile, "given"))
+    if pad_multiple is None:
+        pad = default_pad_multiple(decided[1].value)
+        why = "compiled: few shapes" if pad > 1 else "not compiled: no padding"
+        decided.append(Decision("pad_multiple", pad, why))
+    else:
+        decided.append(Decision("pad_multiple", pad_multiple, "given"))
+    return decided
+
+
+def resolved(config: TrainingConfig, device: torch.device | None = None
+             ) -> tuple[TrainingConfig, list[Decision]]:
+    """`config` with its device settings decided (device_settings) on `device` (by
+    default the one config.device names), and those decisions."""
+    device = device or pick_device(config.device)
+    decided = device_settings(device, config.precision, config.compile,
+                              config.pad_multiple)
+    return replace(config, **{d.setting: d.value for d in decided}), decided
+
+
+@dataclass(frozen=True)
+class Timing:
+    """One update timed before a run: its seconds, the updates of one pass over the
+    training data, and whether half the batch makes batches of that data."""
+
+    seconds: float
+    updates_a_pass: float
+    half_fits: bool = True
+
+
+Timer = Callable[[TransformerConfig, TrainingConfig], Timing]
+
+
+def fit_budget(config: TrainingConfig, dropout: float, fit: BudgetFit,
+               timing: Timing, batch_given: bool, dropout_given: bool
+               ) -> list[Decision]:
+    """The batch and P_drop (the model's: `dropout`) of a planned run of
+    config.max_minutes alone whose update of config.max_tokens takes timing.seconds
+    (fitted_max_tokens, fitted_dropout)."""
+    minutes, tokens = config.max_minutes, config.max_tokens
+    half, updates = fitted_max_tokens(tokens, timing.seconds, minutes)
+    passes = updates / timing.updates_a_pass
+    seen = (f"one update of {tokens:,} took {timing.seconds:.2f} s: about "
+            f"{updates:,} in {minutes:g} min")
+    decided = []
+    if fit.halve_batch and not batch_given:
+        if half == tokens:
+            why = f"{seen}, {FEW_UPDATES:,} or more: kept"
+        elif not timing.half_fits:
+            half, why = tokens, f"{seen}, but half is too small for this data: kept"
+        else:
+            why = f"{seen}, under {FEW_UPDATES:,}: halved"
+        decided.append(Decision("max_tokens", half, why))
+    lines = fit.dropout_by_passes
+    if lines and not dropout_given:
+        p = fitted_dropout(passes, lines)
+        under = next((n for n, _ in lines if passes < n), None)
+        where = f"under {under:g}" if under else f"{lines[-1][0]:g} or more"
+        why = (f"{passes:.1f} passes over the data ({timing.updates_a_pass:,.0f} "
+               f"updates each), {where}")
+        decided.append(Decision("dropout", p, why) if p is not None
+                       else Decision("dropout", dropout, why + ": the model's"))
+    return decided
+
+
+def make_plan(preset: str | None = None, model: dict | None = None,
+              timer: Timer | None = None, fit: BudgetFit | None | str = "preset",
+              **given) -> RunPlan:
+    """The plan of a new run: the settings `given` (TrainingConfig's fields) and
+    `model` (TransformerConfig's), the preset's for the rest (default_preset's for
+    the data), the device's, and, for a planned run of minutes alone, the budget's
+    (fit: the preset's BudgetFit, or one given, or None), from one update timed."""
+    model = dict(model or {})
+    text = given.get("data", "numbers") != "numbers"
+    decisions = [Decision(k, v, "given") for k, v in {**given, **model}.items()]
+    if preset is None:
+        preset = default_preset(text)
+        decisions.insert(0, Decision("preset", preset, "real text" if text
+                                     else "the number corpus: small"))
+    else:
+        decisions.insert(0, Decision("preset", preset, "given"))
+    corpus = "real text" if text else "the number corpus"
+    settings = {k: (v, f"preset {preset}")
+                for k, v in TRAINING_PRESETS[check_preset(preset)].items()}
+    settings["split_punctuation"] = text, corpus
+    if preset == "small":
+        settings |= {k: (v, f"preset small on {corpus}")
+                     for k, v in SMALL_DATA["text" if text else "numbers"].items()}
+    device = pick_device(given.get("device", "auto"))
+    settings |= stop_rule(preset, text, device, given)
+    if all(given.get(n) is None for n in ("checkpoint_minutes", "checkpoint_every")):
+        budget = settings.get("max_steps", (given.get("max_steps"),))[0]
+        spacing = checkpoint_spacing(budget, given.get("max_minutes"))
+        settings |= {k: (v, "about 15 over the budget") for k, v in spacing.items()}
+    settings = {k: v for k, v in settings.items() if k not in given}
+    decisions += [Decision(k, v, why) for k, (v, why) in settings.items()]
+    config = TrainingConfig(**{k: v for k, (v, _) in settings.items()}, **given)
+    if "schedule" not in given:
+        decisions.append(Decision("schedule", config.schedule, schedule_reason(config)))
+    config, decided = resolved(config, device)
+    decisions += [d for d in decided if d.why != "given"]
+    model_config = TransformerConfig.preset(preset, **model)
+    batch_given, dropout_given = "max_tokens" in given, "dropout" in model
+    if not dropout_given:
+        decisions.append(Decision("dropout", model_config.dropout, f"preset {preset}"))
+    fit = BUDGET_FITS.get(preset) if fit == "preset" else fit
+    wanted = fit and (fit.halve_batch and not batch_given
+                      or fit.dropout_by_passes and not dropout_given)
+    if wanted and config.planned and config.max_steps is None and not config.compile:
+        if timer is None:
+            raise ValueError("this plan times one update (a planned run of minutes "
+                             f"alone of preset {preset}): give make_plan a timer")
+        timing = timer(model_config, config)
+        fitted = fit_budget(config, model_config.dropout, fit, timing, batch_given,
+                            dropout_given)
+        decisions = [x for x in decisions if x.setting not in
+                     {d.setting for d in fitted}] + fitted
+        config = replace(config, max_tokens=next(
+            (d.value for d in fitted if d.setting == "max_tokens"), config.max_tokens))
+        model_config = replace(model_config, dropout=next(
+            (d.value for d in fitted if d.setting == "dropout"), model_config.dropout))
+    return RunPlan(model_config, config, decisions)
+
+
+def check_preset(name: str) -> str:
+    if name not in TRAINING_PRESETS:
+        raise ValueError(f"preset must be one of {', '.join(TRAINING_PRESETS)}; "
+                         f"got {name!r}")
+    return name
+
+
+def stop_rule(preset: str, text: bool, device: torch.device, given: dict) -> dict:
+    """{"max_steps": (steps, why)} where the run has a default budget (the tiny preset
+    on real text on a CUDA GPU); {} where it was given; else a refusal."""
+    if given.get("max_steps") is not None or given.get("max_minutes") is not None:
+        return {}
+    if text and preset == "tiny" and device.type == "cuda":
+        return {"max_steps": (GPU_TEXT_STEPS, "tiny on real text on a CUDA GPU")}
+    raise ValueError(
+        "say when to stop: max_steps and/or max_minutes (--max-steps N, --max-minutes "
+        "M); only the tiny preset on real text on a CUDA GPU has a default: "
+        f"{GPU_TEXT_STEPS:,} steps"
+    )
+
+
+def schedule_reason(config: TrainingConfig) -> str:
+    if config.planned:
+        return "a budget of minutes alone: planned for it (Runs chapter)"
+    return "a budget of updates: the paper's" + (", cooled down" if config.cooldown
+                                                 else "")
+
+
+OLD_FITTING = ("fit_batch", "dropout_by_passes", "few_epochs_dropout")  # before plans
+
+
+def resumed_plan(state: dict, **given) -> RunPlan:
+    """The plan a checkpoint's run was made with, under the settings `given`."""
+    if "plan" in state:
+        plan = RunPlan.from_dict(state["plan"])
+    else:
+        saved = {k: v for k, v in state["training_config"].items()
+                 if k not in OLD_FITTING}
+        plan = RunPlan(TransformerConfig(**state["model_config"]),
+                       TrainingConfig(**saved),
+                       [Decision(k, v, "from the checkpoint (before plans)")
+                        for k, v in saved.items()])
+    decisions = [d for d in plan.decisions if d.setting not in given]
+    decisions += [Decision(k, v, "given at resume") for k, v in given.items()]
+    training, decided = resolved(replace(plan.training, **given))
+    auto = {d.setting for d in decided if d.why != "given"}  # "auto" decided here
+    decisions = [d for d in decisions if d.setting not in auto]
+    return RunPlan(plan.model, training, decisions + [d for d in decided
+                                                      if d.setting in auto])
+
+
+__all__ = [
+    'TrainingConfig',
+    'default_schedule',
+    'BudgetFit',
+    'default_preset',
+    'checkpoint_spacing',
+    'final_average',
+    'Decision',
+    'RunPlan',
+    'shown',
+    'given_plan',
+    'device_settings',
+    'resolved',
+    'Timing',
+    'fit_budget',
+    'make_plan',
+    'check_preset',
+    'stop_rule',
+    'schedule_reason',
+    'resumed_plan',
+]
