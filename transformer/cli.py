@@ -25,7 +25,7 @@ from transformer.checkpoints import (
     write_final_model,
 )
 from transformer.corpora import fetch_multi30k, load_corpus
-from transformer.decoding import translate
+from transformer.decoding import DECODING, translate
 from transformer.deploy import export_onnx
 from transformer.devices import pick_device
 from transformer.evaluation import evaluate
@@ -359,20 +359,20 @@ def _add_decoding_options(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--beam",
         type=_number(int),
-        default=4,
-        help="beam size; 1 decodes greedily (default: 4)",
+        default=DECODING.beam_size,
+        help=f"beam size; 1 decodes greedily (default: {DECODING.beam_size})",
     )
     parser.add_argument(
         "--alpha",
         type=_number(float, zero=True),
-        default=0.6,
-        help="length penalty (default: 0.6)",
+        default=DECODING.alpha,
+        help=f"length penalty (default: {DECODING.alpha:g})",
     )
     parser.add_argument(
         "--batch-size",
         type=_number(int),
-        default=64,
-        help="sentences per batch (default: 64)",
+        default=DECODING.batch_size,
+        help=f"sentences per batch (default: {DECODING.batch_size})",
     )
     parser.add_argument(
         "--device", default="auto", help="auto (default), cpu, cuda, mps"

@@ -19,8 +19,23 @@ from transformer.model import Transformer, to_autocast_dtype
 from transformer.tokenizer import BOS, EOS, PAD
 
 
+@dataclass(frozen=True)
+class DecodingDefaults:
+    """The settings every decoder defaults to: the paper's beam of 4 and length
+    penalty alpha 0.6 (§6.1), outputs up to their input's length + extra_len tokens,
+    batch_size sentences decoded at once."""
+
+    beam_size: int = 4
+    alpha: float = 0.6
+    extra_len: int = 50
+    batch_size: int = 64
+
+
+DECODING = DecodingDefaults()
+
+
 def _output_limits(
-    model: Transformer, src: Tensor, max_len: int | None, extra_len: int = 50
+    model: Transformer, src: Tensor, max_len: int | None, extra_len: int = DECODING.extra_len
 ) -> Tensor:
     """Maximum output length of each sentence: max_len, or its input length + extra_len
     (50 in §6.1, 300 for parsing in §6.3) but no more than the model's max_len
@@ -142,7 +157,7 @@ def greedy_decode(
     src: Tensor,
     max_len: int | None = None,
     use_cache: bool = True,
-    extra_len: int = 50,
+    extra_len: int = DECODING.extra_len,
     static_cache: bool | None = None,
 ) -> Tensor:
     """The most probable token at each step: src (batch, n) -> ids (batch, <= max_len).
@@ -179,7 +194,8 @@ def greedy_decode(
     return prefix[:, 1 : used + 1]
 
 
-def length_penalty(length: int | Tensor, alpha: float = 0.6) -> float | Tensor:
+def length_penalty(length: int | Tensor,
+                   alpha: float = DECODING.alpha) -> float | Tensor:
     """GNMT's lp(Y) = ((5 + |Y|) / 6)^alpha; scores are log P(Y|X) / lp(Y)."""
     return ((5 + length) / 6) ** alpha
 
@@ -242,12 +258,12 @@ def _add_finished(
 def beam_search(
     model: Transformer,
     src: Tensor,
-    beam_size: int = 4,
-    alpha: float = 0.6,
+    beam_size: int = DECODING.beam_size,
+    alpha: float = DECODING.alpha,
     max_len: int | None = None,
     use_cache: bool = True,
     on_step: Callable[[int, Tensor, Tensor], None] | None = None,
-    extra_len: int = 50,
+    extra_len: int = DECODING.extra_len,
     static_cache: bool | None = None,
 ) -> Hypotheses:
     """Beam search with GNMT's length penalty over src (batch, n), all sentences at
@@ -324,11 +340,11 @@ def translate(
     model: Transformer,
     tokenizer: Tokenizer,
     sentences: Sequence[str],
-    beam_size: int = 4,
-    alpha: float = 0.6,
-    batch_size: int = 64,
+    beam_size: int = DECODING.beam_size,
+    alpha: float = DECODING.alpha,
+    batch_size: int = DECODING.batch_size,
     progress: Callable[[int], object] | None = None,
-    extra_len: int = 50,
+    extra_len: int = DECODING.extra_len,
 ) -> list[str]:
     """Translations of `sentences`, in their order; beam_size=1 decodes greedily.
 
@@ -472,6 +488,7 @@ def _capture(step: Callable[[], Tensor]) -> tuple[torch.cuda.CUDAGraph, Tensor]:
 
 
 __all__ = [
+    'DecodingDefaults',
     'next_token_log_probs',
     'PreallocatedKeyValueCache',
     'DecoderSteps',

@@ -21,7 +21,12 @@ from torch import Tensor, nn
 
 from transformer.attention import KeyValueCache, padding_mask
 from transformer.attention_maps import attention_weights
-from transformer.decoding import encode_sources, next_token_log_probs, length_penalty
+from transformer.decoding import (
+    DECODING,
+    encode_sources,
+    length_penalty,
+    next_token_log_probs,
+)
 from transformer.files import building_folder
 from transformer.model import Transformer
 from transformer.tokenizer import BOS, EOS, PAD, lowercases
@@ -268,7 +273,7 @@ def export_onnx(
             "pad_id": PAD, "bos_id": BOS, "eos_id": EOS,
             "max_len": config.max_len, "n_layers": n_layers, "n_heads": config.n_heads,
             "d_k": d_k, "d_v": d_v, "vocab_size": config.tgt_vocab_size,
-            "lowercase": lowercases(tokenizer), "extra_len": 50,
+            "lowercase": lowercases(tokenizer), "extra_len": DECODING.extra_len,
             "weights": "int8" if int8 else "float32", **names,
             "about": about or {},
         }
@@ -364,7 +369,8 @@ class OnnxTranslator:
         return tokens[1:], np.stack(weights)
 
     def translate(
-        self, sentences: Sequence[str], beam_size: int = 1, alpha: float = 0.6
+        self, sentences: Sequence[str], beam_size: int = 1,
+        alpha: float = DECODING.alpha,
     ) -> list[str]:
         """Translations of `sentences`, in their order: greedy (beam_size=1), or
         beam search (see beam)."""
@@ -375,7 +381,8 @@ class OnnxTranslator:
                 for ids in encoded]
 
     def beam(
-        self, src: list[int], beam_size: int = 4, alpha: float = 0.6
+        self, src: list[int], beam_size: int = DECODING.beam_size,
+        alpha: float = DECODING.alpha,
     ) -> tuple[list[int], np.ndarray]:
         """beam_search's best hypothesis for source ids `src`: its ids without <bos> and
         <eos>, and its attention weights (steps, h, n)."""

@@ -11,7 +11,7 @@ from importlib.metadata import version
 from sacrebleu.metrics import BLEU, CHRF
 from tokenizers import Tokenizer
 
-from transformer.decoding import translate
+from transformer.decoding import DECODING, translate
 from transformer.model import Transformer
 from transformer.tokenizer import lowercases
 
@@ -114,9 +114,9 @@ def evaluate(
     model: Transformer,
     tokenizer: Tokenizer,
     pairs: Sequence[tuple[str, str]],
-    beam_size: int = 4,
-    alpha: float = 0.6,
-    batch_size: int = 64,
+    beam_size: int = DECODING.beam_size,
+    alpha: float = DECODING.alpha,
+    batch_size: int = DECODING.batch_size,
     progress: Callable[[int], object] | None = None,
     tgt_lang: str | None = None,
 ) -> tuple[Scores, list[str]]:
