@@ -63,7 +63,7 @@ def _assert_trains_as(trainer, corpus, out, n, model=TINY, **settings):
 def test_a_plan_says_where_each_setting_came_from():
     plan = make_plan(max_steps=300, precision="fp32", log_every=7)
     why = {d.setting: d.why for d in plan.decisions}
-    assert why["preset"] == "the number corpus: small" and why["max_steps"] == why["precision"] == "given"
+    assert why["preset"] == "the number corpus" and why["max_steps"] == why["precision"] == "given"
     assert why["vocab_size"] == why["max_tokens"] == "preset small on the number corpus"
     assert why["warmup_steps"] == "preset small" and why["checkpoint_every"] == "about 15 over the budget"
     assert plan.training.checkpoint_every == 20 and plan.training.precision == "fp32"
@@ -88,6 +88,18 @@ def test_presets_follow_the_data_and_the_budget():
             mock.patch("transformer.plan.device_settings", return_value=[]):
         gpu = make_plan(data="corpus")
     assert gpu.training.max_steps == GPU_TEXT_STEPS and gpu.why("max_steps") == "tiny on real text on a CUDA GPU"
+    seen = []
+
+    def timer(model_config, config):
+        seen.append(config)
+        return Timing(0.045, 100.0)
+
+    with mock.patch("transformer.plan.pick_device", return_value=torch.device("cuda", 0)), \
+            mock.patch("transformer.plan.device_settings", return_value=[]):
+        timed = make_plan(data="corpus", timer=timer)
+    assert timed.training.max_steps == GPU_TEXT_STEPS and [c.compile for c in seen] == [False]
+    assert timed.why("max_steps") == ("tiny on real text on a CUDA GPU: about 12 min here at 0.045 s an update "
+                                      "uncompiled, less compiled; --max-minutes bounds it"), "16,000 x 0.045 s"
     for preset, data in (("tiny", "corpus"), ("small", "corpus"), ("tiny", "numbers")):
         with pytest.raises(ValueError, match="say when to stop"):
             make_plan(preset, data=data)

@@ -76,12 +76,13 @@ def test_train_batches_follow_the_sampler_over_epochs_and_from_any_position(tiny
     stream.close()
 
 
-@pytest.mark.parametrize("pack_length", [None, 48])
-def test_resume_gives_the_same_parameters_as_an_uninterrupted_run(tiny_corpus, tmp_path, pack_length):
-    whole = Trainer.from_config(TINY, _config(tiny_corpus, max_tokens=200, pack_length=pack_length), tmp_path / "whole")
+@pytest.mark.parametrize("pack_length, precision", [(None, "fp32"), (48, "fp32"), (None, "fp16")])
+def test_resume_gives_the_same_parameters_as_an_uninterrupted_run(tiny_corpus, tmp_path, pack_length, precision):
+    """fp16: the loss scaler's state (its scale, its count of updates without overflow) travels too."""
+    settings = dict(max_tokens=200, pack_length=pack_length, precision=precision)
+    whole = Trainer.from_config(TINY, _config(tiny_corpus, **settings), tmp_path / "whole")
     whole.fit(progress=False)
-    first = Trainer.from_config(TINY, _config(tiny_corpus, max_tokens=200, max_steps=4, pack_length=pack_length),
-                                tmp_path / "split")
+    first = Trainer.from_config(TINY, _config(tiny_corpus, **settings, max_steps=4), tmp_path / "split")
     first.fit(progress=False)
     resumed = Trainer.resume(tmp_path / "split", max_steps=6)
     assert resumed.step == 4 and (resumed.batches.epoch, resumed.batches.index) == (first.batches.epoch, first.batches.index)
@@ -89,6 +90,52 @@ def test_resume_gives_the_same_parameters_as_an_uninterrupted_run(tiny_corpus, t
     assert len(whole.batches.sampler) < 6 and whole.batches.epoch == resumed.batches.epoch >= 1, "the run crossed an epoch boundary"
     for (name, a), b in zip(whole.model.state_dict().items(), resumed.model.state_dict().values()):
         assert torch.equal(a, b), name
+    assert resumed.scaler.state_dict() == whole.scaler.state_dict()
+    assert resumed.scaler.is_enabled() == (precision == "fp16")
+
+
+def _fp16_losses(corpus, folder, precision, seed=0, steps=200):
+    """Each update's loss per token of the tiny preset's model (no dropout: the runs differ by their
+    arithmetic alone) on the number pairs."""
+    config = _config(corpus, max_tokens=120, max_steps=steps, precision=precision, seed=seed)
+    trainer = Trainer.from_config(TransformerConfig.tiny(dropout=0.0), config, folder / f"{precision}{seed}")
+    return [loss.item() / tokens for loss, tokens in (trainer.train_step() for _ in range(steps))], trainer
+
+
+@pytest.mark.slow
+def test_fp16_with_loss_scaling_trains_as_fp32_does_within_the_noise_of_a_seed(tiny_corpus, tmp_path):
+    """The path a GPU without bf16 (a T4) takes, on the CPU (autocast and GradScaler run there). Two bounds:
+    the first update, same weights and batch, within one fp16 spacing at 1 (2^-10: 10 stored significant
+    bits; products accumulate in fp32, the loss is computed in fp32); and over 200 updates, each window
+    of 50 nearer the fp32 run's than another seed's fp32 run is (the arithmetic moves the run less than the
+    order of its batches and its initial weights do). About 40 s: fp16 products are emulated on a CPU."""
+    fp32, _ = _fp16_losses(tiny_corpus, tmp_path, "fp32")
+    fp16, trainer = _fp16_losses(tiny_corpus, tmp_path, "fp16")
+    other, _ = _fp16_losses(tiny_corpus, tmp_path, "fp32", seed=1)
+    assert trainer.dtype is torch.float16 and trainer.scaler.is_enabled()
+    assert abs(fp16[0] / fp32[0] - 1) < 2**-10, (fp16[0], fp32[0])
+    for start in range(0, 200, 50):
+        def window(losses):
+            return sum(losses[start:start + 50]) / 50
+        assert abs(window(fp16) - window(fp32)) < abs(window(other) - window(fp32)), start
+    assert window(fp16) < 0.5 * sum(fp16[:10]) / 10, "and it learns"
+
+
+def test_an_fp16_update_whose_gradients_overflow_is_skipped_and_the_run_goes_on(tiny_corpus, tmp_path):
+    """Oracle: the weights before the update, and GradScaler's rule (an overflow halves the scale)."""
+    trainer = Trainer.from_config(TINY, _config(tiny_corpus, max_tokens=120, precision="fp16"), tmp_path / "run")
+    trainer.train_step()
+    before = {k: v.clone() for k, v in trainer.model.state_dict().items()}
+    scale = trainer.scaler.get_scale()
+    weight = trainer.model.output.linear.weight
+    hook = weight.register_hook(lambda grad: grad * float("inf"))  # one gradient overflows
+    trainer.train_step()
+    hook.remove()
+    assert all(torch.equal(v, before[k]) for k, v in trainer.model.state_dict().items()), "skipped"
+    assert trainer.scaler.get_scale() == scale / 2 and trainer.step == 2
+    trainer.train_step()
+    assert not torch.equal(trainer.model.output.linear.weight, before["output.linear.weight"]), "goes on"
+    assert all(torch.isfinite(v).all() for v in trainer.model.state_dict().values())
 
 
 def test_train_once_trains_a_configuration_once_and_again_when_it_changes(tiny_corpus, tmp_path, monkeypatch):

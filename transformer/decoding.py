@@ -35,7 +35,8 @@ DECODING = DecodingDefaults()
 
 
 def _output_limits(
-    model: Transformer, src: Tensor, max_len: int | None, extra_len: int = DECODING.extra_len
+    model: Transformer, src: Tensor, max_len: int | None,
+    extra_len: int = DECODING.extra_len,
 ) -> Tensor:
     """Maximum output length of each sentence: max_len, or its input length + extra_len
     (50 in §6.1, 300 for parsing in §6.3) but no more than the model's max_len

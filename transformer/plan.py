@@ -372,14 +372,11 @@ def make_plan(preset: str | None = None, model: dict | None = None,
     (fit: the preset's BudgetFit, or one given, or None), from one update timed."""
     model = dict(model or {})
     text = given.get("data", "numbers") != "numbers"
-    decisions = [Decision(k, v, "given") for k, v in {**given, **model}.items()]
-    if preset is None:
-        preset = default_preset(text)
-        decisions.insert(0, Decision("preset", preset, "real text" if text
-                                     else "the number corpus: small"))
-    else:
-        decisions.insert(0, Decision("preset", preset, "given"))
     corpus = "real text" if text else "the number corpus"
+    why = "given" if preset else corpus
+    preset = preset or default_preset(text)
+    decisions = [Decision("preset", preset, why)]
+    decisions += [Decision(k, v, "given") for k, v in {**given, **model}.items()]
     settings = {k: (v, f"preset {preset}")
                 for k, v in TRAINING_PRESETS[check_preset(preset)].items()}
     settings["split_punctuation"] = text, corpus
@@ -387,7 +384,7 @@ def make_plan(preset: str | None = None, model: dict | None = None,
         settings |= {k: (v, f"preset small on {corpus}")
                      for k, v in SMALL_DATA["text" if text else "numbers"].items()}
     device = pick_device(given.get("device", "auto"))
-    settings |= stop_rule(preset, text, device, given)
+    settings |= (stop := stop_rule(preset, text, device, given))
     if all(given.get(n) is None for n in ("checkpoint_minutes", "checkpoint_every")):
         budget = settings.get("max_steps", (given.get("max_steps"),))[0]
         spacing = checkpoint_spacing(budget, given.get("max_minutes"))
@@ -406,6 +403,10 @@ def make_plan(preset: str | None = None, model: dict | None = None,
     fit = BUDGET_FITS.get(preset) if fit == "preset" else fit
     wanted = fit and (fit.halve_batch and not batch_given
                       or fit.dropout_by_passes and not dropout_given)
+    if stop and timer is not None:  # a budget not given: its cost here, said first
+        seconds = timer(model_config, replace(config, compile=False)).seconds
+        cost = projected_cost(config.max_steps, seconds, stop["max_steps"][1])
+        decisions = [d for d in decisions if d.setting != "max_steps"] + [cost]
     if wanted and config.planned and config.max_steps is None and not config.compile:
         if timer is None:
             raise ValueError("this plan times one update (a planned run of minutes "
@@ -441,6 +442,15 @@ def stop_rule(preset: str, text: bool, device: torch.device, given: dict) -> dic
         "M); only the tiny preset on real text on a CUDA GPU has a default: "
         f"{GPU_TEXT_STEPS:,} steps"
     )
+
+
+def projected_cost(steps: int, seconds: float, why: str) -> Decision:
+    """max_steps of a budget the run did not give, with what it will cost here from one
+    update timed without compiling (the compiled step is faster: an upper bound)."""
+    minutes = steps * seconds / 60
+    return Decision("max_steps", steps, f"{why}: about {minutes:,.0f} min here at "
+                    f"{seconds:.3f} s an update uncompiled, less compiled; "
+                    "--max-minutes bounds it")
 
 
 def schedule_reason(config: TrainingConfig) -> str:
@@ -491,6 +501,7 @@ __all__ = [
     'make_plan',
     'check_preset',
     'stop_rule',
+    'projected_cost',
     'schedule_reason',
     'resumed_plan',
 ]
