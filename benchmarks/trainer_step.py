@@ -72,7 +72,6 @@ from transformer import Trainer, TrainingConfig, TransformerConfig, label_smooth
 from transformer.devices import autocast
 from transformer.prepared import prepare_data
 from transformer.tokenizer import PAD
-from transformer.training import learning_rate
 
 
 def write_correlated_corpus(folder: Path, pairs: int, seed: int = 0) -> Path:
@@ -133,11 +132,9 @@ def loss_on_logits(trainer: Trainer) -> None:
 
 
 def adam_not_fused(trainer: Trainer) -> None:
-    """torch's default Adam on CUDA (foreach: a few kernels per group of tensors)."""
-    d_model, warmup = trainer.model.config.d_model, trainer.config.warmup_steps
+    """torch's default Adam on CUDA (foreach: a few kernels per group of tensors); the Trainer sets its rate
+    at each update, as it sets the fused one's."""
     trainer.optimizer = torch.optim.Adam(trainer.model.parameters(), lr=1.0, betas=(0.9, 0.98), eps=1e-9)
-    trainer.schedule = torch.optim.lr_scheduler.LambdaLR(
-        trainer.optimizer, lambda done: learning_rate(done + 1, d_model, warmup))
 
 
 def fp32_stream(trainer: Trainer) -> None:

@@ -101,21 +101,25 @@ def test_train_needs_a_stopping_rule(tmp_path, tiny_corpus):
 def test_real_text_on_a_cuda_gpu_stops_after_the_gpu_step_budget(tmp_path, tiny_corpus, monkeypatch):
     """The tiny preset on real text on CUDA: GPU_TEXT_STEPS updates, 15 checkpoints over them;
     the embedded corpus and other presets still need a stopping rule there."""
-    configs = []
+    configs, plans = [], []
 
     def from_plan(plan, *args):
         configs.append(plan.training)
+        plans.append(plan)  # the plan the run prints first
         raise KeyboardInterrupt  # stop before any training
 
-    from transformer import plan
+    from transformer import plan, trainer
+    from transformer.plan import Timing
 
     monkeypatch.setattr(plan, "pick_device", lambda device="auto": torch.device("cuda"))
     monkeypatch.setattr(plan, "device_settings", lambda *args: [])  # no CUDA to ask here
+    monkeypatch.setattr(trainer, "time_first_update", lambda *args: Timing(0.06, 100.0))  # nor to time
     monkeypatch.setattr(cli.Trainer, "from_plan", from_plan)
     with pytest.raises(KeyboardInterrupt):
         main(["train", "--data", str(tiny_corpus), "--out", str(tmp_path / "run")])
     assert configs[0].max_steps == cli.GPU_TEXT_STEPS and configs[0].max_minutes is None
     assert configs[0].checkpoint_every == cli.GPU_TEXT_STEPS // 15
+    assert "about 16 min here at 0.060 s an update uncompiled" in plans[0].why("max_steps"), "16,000 x 0.06 s"
     for other in (["--preset", "small", "--data", str(tiny_corpus)], []):
         with pytest.raises(SystemExit, match="say when to stop"):
             main(["train", *other, "--out", str(tmp_path / "run")])

@@ -506,7 +506,7 @@ def few_passes_dropout() -> str:
     minutes on the Zen 4, and the lines the preset draws from them, each part checked against
     the records."""
     from transformer.runs import FEW_UPDATES, fitted_dropout  # imports torch: only here
-    from transformer.plan import TRAINING_PRESETS
+    from transformer.plan import BUDGET_FITS
 
     said, none = [], []
     dropped = [tuple(map(_record, names)) for names in DROPPED]  # (0.3, 0.1, none) each

@@ -33,7 +33,6 @@ from transformer.model import PRESETS, TransformerConfig
 from transformer.plan import (
     BUDGET_FITS,
     GPU_TEXT_STEPS,
-    TRAINING_PRESETS,
     TrainingConfig,
     final_average,
 )

@@ -1,6 +1,6 @@
 # Generated from book/data.md by tools/export.py: edit the chapter.
 """Which pairs form each batch: batches by token count, packed rows, each rank's share,
-and the stream of batches prepared ahead in a background thread."""
+the stream of batches prepared ahead in a background thread, and a run's batch feed."""
 
 from __future__ import annotations
 
@@ -9,10 +9,13 @@ import math
 import queue
 import threading
 from collections.abc import Iterator, Sequence
+from typing import Protocol
 
 import numpy as np
+import torch
 
 from transformer.batches import Batch, TokenizedSplit, round_up
+from transformer.devices import default_pin_memory
 
 
 def _rank_share(batches: list, rank: int, world_size: int) -> list:
@@ -156,6 +159,73 @@ class BatchStream:
             thread.join()
 
 
+class BatchSettings(Protocol):
+    """What the batches of a run read of its settings (a TrainingConfig has them)."""
+
+    max_tokens: int
+    accumulate: int
+    pack_length: int | None
+    seed: int
+
+
+def rank_sampler(
+    lengths: np.ndarray,
+    config: BatchSettings,
+    rank: int,
+    world_size: int,
+    pad_multiple: int,
+) -> TokenBatchSampler | PackedBatchSampler:
+    """The batches of process `rank`: max_tokens per update, over ranks and accumulated
+    batches; packed rows if config.pack_length is set."""
+    parts = world_size * config.accumulate
+    shared = dict(seed=config.seed, rank=rank, world_size=world_size)
+    try:
+        if config.pack_length is not None:
+            return PackedBatchSampler(lengths, config.max_tokens // parts,
+                                      config.pack_length, **shared)
+        return TokenBatchSampler(lengths, config.max_tokens // parts,
+                                 pad_multiple=pad_multiple, **shared)
+    except ValueError as error:
+        raise ValueError(
+            f"max_tokens={config.max_tokens} per update, over {world_size} process(es) "
+            f"x {config.accumulate} accumulated batch(es), leaves "
+            f"{config.max_tokens // parts} per batch: {error}"
+        ) from error
+
+
+class TrainBatches:
+    """The training batches of one process, in its sampler's order from (epoch, index)
+    on, prepared ahead in a background thread and moved to `device`."""
+
+    def __init__(self, split: TokenizedSplit,
+                 sampler: TokenBatchSampler | PackedBatchSampler, prefetch: int,
+                 device: torch.device):
+        self.split, self.sampler, self.prefetch = split, sampler, prefetch
+        self.device = device
+        self.epoch, self.index = 0, 0  # the position of the next batch
+        self._stream: Iterator[tuple[Batch, int, int]] | None = None
+
+    def next(self) -> Batch:
+        if self._stream is None:
+            self._stream = iter(BatchStream(
+                self.split, self.sampler, self.epoch, self.index, self.prefetch,
+                pin_memory=default_pin_memory(self.device),
+            ))
+        batch, self.epoch, self.index = next(self._stream)
+        return batch.to(self.device)
+
+    def seek(self, epoch: int, index: int) -> None:
+        """Continue from batch `index` of epoch `epoch` (a checkpoint's position)."""
+        self.close()
+        self.epoch, self.index = epoch, index
+
+    def close(self) -> None:
+        """Stop the background thread; a later `next` starts another."""
+        if self._stream is not None:
+            self._stream.close()
+            self._stream = None
+
+
 def row_lengths(lengths: np.ndarray, row_length: int) -> tuple[int, int]:
     """(source, target) row lengths for pairs of these (n, 2) lengths: row_length for
     the side with more tokens, the other's in proportion to its share and at least its
@@ -267,6 +337,9 @@ class PackedBatchSampler:
 __all__ = [
     'TokenBatchSampler',
     'BatchStream',
+    'BatchSettings',
+    'rank_sampler',
+    'TrainBatches',
     'row_lengths',
     'pack_rows',
     'PackedBatchSampler',

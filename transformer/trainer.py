@@ -12,12 +12,11 @@ from collections.abc import Iterator
 from dataclasses import asdict, replace
 from pathlib import Path
 
-import numpy as np
 import torch
 from tokenizers import Tokenizer
 from torch import Tensor
 
-from transformer.batches import Batch, TokenizedSplit
+from transformer.batches import TokenizedSplit
 from transformer.checkpoints import (
     check_output_folder,
     checkpoint_path,
@@ -31,7 +30,6 @@ from transformer.devices import (
     autocast,
     autocast_dtype,
     data_parallel,
-    default_pin_memory,
     init_distributed,
     pick_device,
     sum_over_ranks,
@@ -55,67 +53,9 @@ from transformer.runs import (
     forget_metrics_after,
     run_log,
 )
-from transformer.samplers import BatchStream, PackedBatchSampler, TokenBatchSampler
+from transformer.samplers import TokenBatchSampler, TrainBatches, rank_sampler
 from transformer.tokenizer import PAD
 from transformer.training import label_smoothed_loss, make_optimizer
-
-
-def rank_sampler(
-    lengths: np.ndarray,
-    config: TrainingConfig,
-    rank: int,
-    world_size: int,
-    pad_multiple: int,
-) -> TokenBatchSampler | PackedBatchSampler:
-    """The batches of process `rank`: max_tokens per update, over ranks and accumulated
-    batches; packed rows if config.pack_length is set."""
-    parts = world_size * config.accumulate
-    shared = dict(seed=config.seed, rank=rank, world_size=world_size)
-    try:
-        if config.pack_length is not None:
-            return PackedBatchSampler(lengths, config.max_tokens // parts,
-                                      config.pack_length, **shared)
-        return TokenBatchSampler(lengths, config.max_tokens // parts,
-                                 pad_multiple=pad_multiple, **shared)
-    except ValueError as error:
-        raise ValueError(
-            f"max_tokens={config.max_tokens} per update, over {world_size} process(es) "
-            f"x {config.accumulate} accumulated batch(es), leaves "
-            f"{config.max_tokens // parts} per batch: {error}"
-        ) from error
-
-
-class TrainBatches:
-    """The training batches of one process, in its sampler's order from (epoch, index)
-    on, prepared ahead in a background thread and moved to `device`."""
-
-    def __init__(self, split: TokenizedSplit,
-                 sampler: TokenBatchSampler | PackedBatchSampler, prefetch: int,
-                 device: torch.device):
-        self.split, self.sampler, self.prefetch = split, sampler, prefetch
-        self.device = device
-        self.epoch, self.index = 0, 0  # the position of the next batch
-        self._stream: Iterator[tuple[Batch, int, int]] | None = None
-
-    def next(self) -> Batch:
-        if self._stream is None:
-            self._stream = iter(BatchStream(
-                self.split, self.sampler, self.epoch, self.index, self.prefetch,
-                pin_memory=default_pin_memory(self.device),
-            ))
-        batch, self.epoch, self.index = next(self._stream)
-        return batch.to(self.device)
-
-    def seek(self, epoch: int, index: int) -> None:
-        """Continue from batch `index` of epoch `epoch` (a checkpoint's position)."""
-        self.close()
-        self.epoch, self.index = epoch, index
-
-    def close(self) -> None:
-        """Stop the background thread; a later `next` starts another."""
-        if self._stream is not None:
-            self._stream.close()
-            self._stream = None
 
 
 def training_state(trainer: Trainer) -> dict:
@@ -486,8 +426,6 @@ def model_and_data(
 
 
 __all__ = [
-    'rank_sampler',
-    'TrainBatches',
     'training_state',
     'restore_training_state',
     'validation_loss',
