@@ -72,6 +72,10 @@ def train(args: argparse.Namespace, seed: int, out: Path, data: list[str]) -> di
     plans = [line for line in output if line.startswith("schedule planned for")]
     result["schedule"] = plans[0] if plans else "the paper's"
     result |= {"batch": line for line in output if line.startswith("batch ")}
+    # and from issue 95 on, the run's whole plan as it saved it: every setting (precision,
+    # batch, P_drop, schedule, budget) and where it came from, written by the run itself
+    if (out / "plan.json").is_file():
+        result["plan"] = json.loads((out / "plan.json").read_text())
     return result
 
 

@@ -374,6 +374,7 @@ BAD_INPUTS = [  # (arguments after the command, what the one-line answer must sa
     (["train", "--max-steps", "1", "--schedule", "cosine"], "argument --schedule: invalid choice: 'cosine'"),
     (["train", "--max-steps", "1", "--vocab-size", "3", "--out", "{tmp}/new"], "vocab_size=3 is too small"),
     (["train", "--max-steps", "1", "--device", "banana"], "unknown device 'banana'"),
+    (["train", "--max-steps", "1", "--data-changed-ok", "--out", "{tmp}/new"], "--data-changed-ok goes with --resume"),
     (["train", "--max-steps", "1", "--device", "cuda:99"], "device 'cuda:99' asked for; this machine has"),
     (["translate", "--beam", "0"], "argument --beam: expected an integer > 0, got 0"),
     (["translate", "--alpha", "nan"], "argument --alpha: expected a finite number >= 0, got nan"),

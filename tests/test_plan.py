@@ -252,6 +252,7 @@ def test_a_resumed_run_reads_its_plan_and_says_what_was_given_again(tiny_corpus,
     old = {d.setting: d for d in plan.decisions}
     new = {d.setting: d for d in resumed.plan.decisions}
     assert new["max_minutes"] == Decision("max_minutes", 0.02, "given at resume")
+    assert new.pop("data_check").value == "as checkpointed"
     assert {k: v for k, v in new.items() if k != "max_minutes"} == {k: v for k, v in old.items()
                                                                      if k != "max_minutes"}
     again = Trainer.resume(path, precision="auto")
@@ -273,3 +274,60 @@ def test_a_checkpoint_from_before_plans_resumes_on_its_settings(tiny_corpus, tmp
         assert resumed.plan.why("max_tokens") == "from the checkpoint (before plans)"
         assert resumed.config.precision in ("fp32", "bf16") and resumed.plan.why("precision") != "given"
         assert asdict(resumed.config).keys() == asdict(config).keys()
+
+
+def _edited_run(corpus, folder):
+    """A run of 4 updates with checkpoints on the tiny corpus, and its checkpoint of step 2."""
+    config = TrainingConfig(**RUN, data=str(corpus), max_steps=4, max_tokens=120, checkpoint_every=2)
+    Trainer.from_config(TINY, config, folder).fit(progress=False)
+    return folder / "checkpoint-00000002.pt"
+
+
+def test_a_resume_on_the_same_data_is_said_and_exact(tiny_corpus, tmp_path):
+    """Oracle: the uninterrupted run's weights (a resume on unchanged data is what it was)."""
+    checkpoint = _edited_run(tiny_corpus, tmp_path / "run")
+    whole = load_checkpoint(tmp_path / "run" / "checkpoint-00000004.pt")["model"]
+    resumed = Trainer.resume(checkpoint, out=tmp_path / "resumed")
+    assert resumed.plan.why("data_check") == "checkpoint-00000002.pt: the same fingerprints"
+    resumed.fit(progress=False)
+    assert all(torch.equal(v, whole[k]) for k, v in resumed.model.state_dict().items())
+    saved = json.loads((tmp_path / "resumed" / "plan.json").read_text())
+    assert saved["data"] == resumed.data.fingerprints and set(saved["data"]) == {"train", "val"}
+
+
+def test_a_resume_on_edited_training_files_is_refused_by_name_and_writes_nothing(tiny_corpus, tmp_path):
+    checkpoint = _edited_run(tiny_corpus, tmp_path / "run")
+    before = sorted((p.name, p.stat().st_mtime_ns) for p in (tmp_path / "run").iterdir())
+    german = (tiny_corpus / "train.de").read_text().splitlines()
+    (tiny_corpus / "train.de").write_text("\n".join(german[1:] + german[:1]) + "\n")  # every pair wrong
+    with pytest.raises(ValueError, match=r"^the data changed since checkpoint-00000002.pt was written \(train "
+                                         r"\w{12} then, \w{12} now\): resume on the data it trained on, or give "
+                                         r"--data-changed-ok"):
+        Trainer.resume(checkpoint)
+    assert sorted((p.name, p.stat().st_mtime_ns) for p in (tmp_path / "run").iterdir()) == before
+
+
+def test_a_resume_told_to_go_on_says_from_which_step_the_data_differed(tiny_corpus, tmp_path):
+    checkpoint = _edited_run(tiny_corpus, tmp_path / "run")
+    (tiny_corpus / "train.de").write_text((tiny_corpus / "train.de").read_text().upper())
+    resumed = Trainer.resume(checkpoint, data_changed_ok=True)
+    assert resumed.plan.decisions[-1].value == "changed at step 2"
+    assert resumed.plan.why("data_check").endswith("now; data_changed_ok") and "train " in resumed.plan.why("data_check")
+    resumed.fit(progress=False)
+    logged = [json.loads(x) for x in (tmp_path / "run" / "metrics.jsonl").read_text().splitlines()]
+    changed = [r for r in logged if "data_changed" in r]
+    assert [r["step"] for r in changed] == [2], "once, at the step it resumed from"
+    saved = json.loads((tmp_path / "run" / "plan.json").read_text())
+    assert {"setting": "data_check", "value": "changed at step 2", "why": resumed.plan.why("data_check")} in saved["decisions"]
+    assert saved["data"] == resumed.data.fingerprints, "the data it trains on now"
+
+
+def test_a_checkpoint_without_fingerprints_resumes_saying_its_data_was_not_checked(tiny_corpus, tmp_path):
+    checkpoint = _edited_run(tiny_corpus, tmp_path / "run")
+    state = load_checkpoint(checkpoint)
+    state["plan"]["data"] = {}
+    save_checkpoint(state, tmp_path / "old" / "checkpoint-00000002.pt")
+    resumed = Trainer.resume(tmp_path / "old")
+    assert resumed.plan.decisions[-1] == Decision(
+        "data_check", "not checked", "checkpoint-00000002.pt holds no fingerprint of its data (written before they "
+                               "were kept)")

@@ -269,16 +269,21 @@ def _schedule(run: dict) -> str:
 
 
 def _trains_in(run: dict) -> str:
-    """The precision that the run's log line says it trained in."""
+    """The precision the run's plan says it trained in, else its log line."""
+    if "plan" in run:
+        return run["plan"]["training"]["precision"]
     precision = re.search(r"(fp32|bfloat16)\), ", run.get("training", ""))
     return {"bfloat16": "bf16"}.get(precision[1], precision[1]) if precision else "not logged"
 
 
 def _tokens(run: dict) -> str:
-    """Tokens an update: the run's --max-tokens, else the batch its log says it fitted, else
-    the tiny preset's (a run from before the batch was fitted)."""
+    """Tokens an update: what the run's plan says (a run from issue 95 on), else its
+    --max-tokens, else the batch its log says it fitted, else the tiny preset's (a run from
+    before the batch was fitted)."""
     from transformer.plan import TRAINING_PRESETS  # imports torch: only here
 
+    if "plan" in run:
+        return f"{run['plan']['training']['max_tokens']:,}"
     given = re.search(r"--max-tokens (\d+)", run["train"])
     fitted = re.search(r"^batch .*?, ([\d,]+) tokens an update", run.get("batch", ""))
     if "batch" in run and not fitted:
@@ -288,10 +293,12 @@ def _tokens(run: dict) -> str:
 
 
 def _dropout(run: dict) -> str:
-    """P_drop: the run's --dropout, else the one its log says it fitted, else the tiny
-    preset's (a run from before P_drop was fitted)."""
+    """P_drop: what the run's plan says, else its --dropout, else the one its log says it
+    fitted, else the tiny preset's (a run from before P_drop was fitted)."""
     from transformer.model import TransformerConfig  # imports torch: only here
 
+    if "plan" in run:  # the run's own plan (from issue 95 on)
+        return f"{run['plan']['model']['dropout']:g}"
     given = re.search(r"--dropout ([\d.]+)", run["train"])
     fitted = re.search(r", P_drop ([\d.]+)[ :]", run.get("batch", ""))
     return (given or fitted)[1] if given or fitted else f"{TransformerConfig.tiny().dropout:g}"

@@ -99,20 +99,7 @@ def _add_train(commands: argparse._SubParsersAction) -> None:
         help="model and training preset (default: small on the embedded corpus, "
         "tiny on real text)",
     )
-    train.add_argument(
-        "--out", required=True, help="folder for checkpoints and metrics.jsonl"
-    )
-    train.add_argument(
-        "--resume",
-        metavar="PATH",
-        help="continue from a checkpoint, or the newest one in a folder",
-    )
-    train.add_argument(
-        "--overwrite",
-        action="store_true",
-        help="delete another run's checkpoints and metrics in --out first "
-        "(otherwise refused)",
-    )
+    _add_folder_options(train)
     data = train.add_argument_group("data")
     _add_data_options(data)
     data.add_argument(
@@ -136,6 +123,29 @@ def _add_train(commands: argparse._SubParsersAction) -> None:
     )
     _add_schedule_options(train.add_argument_group("schedule"))
     _add_run_options(train.add_argument_group("run"))
+
+
+def _add_folder_options(train: argparse.ArgumentParser) -> None:
+    train.add_argument(
+        "--out", required=True, help="folder for checkpoints and metrics.jsonl"
+    )
+    train.add_argument(
+        "--resume",
+        metavar="PATH",
+        help="continue from a checkpoint, or the newest one in a folder",
+    )
+    train.add_argument(
+        "--data-changed-ok",
+        action="store_true",
+        help="with --resume: go on when the data changed since the checkpoint "
+        "(otherwise refused; the plan and metrics.jsonl say from which step)",
+    )
+    train.add_argument(
+        "--overwrite",
+        action="store_true",
+        help="delete another run's checkpoints and metrics in --out first "
+        "(otherwise refused)",
+    )
 
 
 def _add_data_options(group: argparse._ArgumentGroup, trained: bool = False) -> None:
@@ -307,7 +317,11 @@ def _train(args: argparse.Namespace) -> int:
                 "--pre-ln, --post-ln and --lowercase shape a new model; a resumed run "
                 "keeps its checkpoint's"
             )
-        trainer = Trainer.resume(args.resume, args.out, args.overwrite, **given)
+        trainer = Trainer.resume(args.resume, args.out, args.overwrite,
+                                 args.data_changed_ok, **given)
+    elif args.data_changed_ok:
+        raise SystemExit("error: --data-changed-ok goes with --resume: a new run has "
+                         "no earlier data to differ from")
     else:
         trainer = _new_trainer(args, given)
     if trainer.rank == 0:

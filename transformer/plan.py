@@ -227,11 +227,13 @@ class Decision:
 
 @dataclass
 class RunPlan:
-    """The resolved configurations of a run and the decisions behind them."""
+    """The resolved configurations of a run, the decisions behind them, and the
+    fingerprint of each split of the data it trains on (the Trainer's, once built)."""
 
     model: TransformerConfig
     training: TrainingConfig
     decisions: list[Decision] = field(default_factory=list)
+    data: dict[str, str] = field(default_factory=dict)
 
     def why(self, setting: str) -> str | None:
         """Where `setting` came from (None: the dataclass's default)."""
@@ -250,13 +252,13 @@ class RunPlan:
     def to_dict(self) -> dict:
         """The plan as JSON holds it (plan.json, a checkpoint's "plan")."""
         return {"model": self.model.to_dict(), "training": asdict(self.training),
-                "decisions": [asdict(d) for d in self.decisions]}
+                "decisions": [asdict(d) for d in self.decisions], "data": self.data}
 
     @classmethod
     def from_dict(cls, saved: dict) -> RunPlan:
         return cls(TransformerConfig(**saved["model"]),
                    TrainingConfig(**saved["training"]),
-                   [Decision(**d) for d in saved["decisions"]])
+                   [Decision(**d) for d in saved["decisions"]], saved.get("data", {}))
 
     def save(self, out: Path) -> Path:
         """out/plan.json, whole or not at all."""
@@ -480,7 +482,31 @@ def resumed_plan(state: dict, **given) -> RunPlan:
     auto = {d.setting for d in decided if d.why != "given"}  # "auto" decided here
     decisions = [d for d in decisions if d.setting not in auto]
     return RunPlan(plan.model, training, decisions + [d for d in decided
-                                                      if d.setting in auto])
+                                                      if d.setting in auto], plan.data)
+
+
+def data_check(saved: dict[str, str] | None, now: dict[str, str], source: str,
+               step: int, go_on: bool = False) -> Decision:
+    """The data decision of a run resumed at `step` from a checkpoint whose data had
+    the fingerprints `saved` (None: not kept then), on data that has `now`; refuses
+    changed data unless `go_on`."""
+    if saved is None:
+        why = f"{source} holds no fingerprint of its data (written before they were "
+        return Decision("data_check", "not checked", why + "kept)")
+    splits = sorted(saved.keys() | now.keys())
+    changed = [s for s in splits if saved.get(s) != now.get(s)]
+    if not changed:
+        same = f"{source}: the same fingerprints"
+        return Decision("data_check", "as checkpointed", same)
+    said = ", ".join(f"{s} {saved.get(s, 'none')[:12]} then, {now.get(s, 'none')[:12]} "
+                     "now" for s in changed)
+    if not go_on:
+        raise ValueError(
+            f"the data changed since {source} was written ({said}): resume on the data "
+            "it trained on, or give --data-changed-ok (data_changed_ok=True) to go on"
+        )
+    return Decision("data_check", f"changed at step {step:,}",
+                    f"{said}; data_changed_ok")
 
 
 __all__ = [
@@ -504,4 +530,5 @@ __all__ = [
     'projected_cost',
     'schedule_reason',
     'resumed_plan',
+    'data_check',
 ]

@@ -13,7 +13,7 @@ import json
 import os
 import warnings
 from collections.abc import Callable, Iterator, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
@@ -177,14 +177,16 @@ def _read_split(folder: Path, split: str, meta: dict) -> TokenizedSplit:
 
 @dataclass
 class PreparedData:
-    """A tokenizer, the training and validation splits as arrays, and the test pairs as
-    text."""
+    """A tokenizer, the training and validation splits as arrays, the test pairs as
+    text, and the fingerprint of each split's source (its files' SHA-256, or the
+    generator's or the dataset's version) that the cache key holds."""
 
     tokenizer: Tokenizer
     train: TokenizedSplit
     valid: TokenizedSplit | None
     folder: Path  # the cache folder holding the arrays
     read_test: ChunkReader | None = None
+    fingerprints: dict[str, str] = field(default_factory=dict)  # split: fingerprint
 
     @functools.cached_property
     def test(self) -> list[tuple[str, str]]:
@@ -287,7 +289,9 @@ def prepare_data(
             folder, {s: read for s, (_, read) in kept.items()}, tokenizer
         )
     test = splits["test"][1] if "test" in splits else None
-    return PreparedData(tokenizer, arrays["train"], arrays.get("val"), folder, test)
+    fingerprints = {s: fingerprint for s, (fingerprint, _) in kept.items()}
+    return PreparedData(tokenizer, arrays["train"], arrays.get("val"), folder, test,
+                        fingerprints)
 
 
 __all__ = [

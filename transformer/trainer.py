@@ -40,6 +40,7 @@ from transformer.plan import (
     RunPlan,
     Timing,
     TrainingConfig,
+    data_check,
     given_plan,
     make_plan,
     resumed_plan,
@@ -135,11 +136,9 @@ def check_vocabulary(model: Transformer, tokenizer: Tokenizer) -> None:
 class Trainer:
     """Trains `model` on `data` (see prepare_data) as `config` says, writing to `out`.
 
-    plan: the run's (make_plan); None: given_plan's, of `config` as given, its device
-    settings decided here. optimizer defaults to make_optimizer's Adam, whose rate the
-    Trainer sets before each update (Planner.rate). overwrite: delete another run's
-    files in `out` first (see check_output_folder).
-    """
+    plan: the run's (make_plan); None: given_plan's of `config`. optimizer: by default
+    make_optimizer's Adam; its rate is set before each update (Planner.rate).
+    overwrite: delete another run's files in `out` first (see check_output_folder)."""
 
     def __init__(
         self, model: Transformer, data: PreparedData, config: TrainingConfig,
@@ -149,7 +148,8 @@ class Trainer:
         self.device = pick_device(config.device)
         plan = plan or given_plan(model.config, config, self.device)
         self.config, self.out, self.data = plan.training, Path(out), data
-        self.plan = replace(plan, model=model.config)  # what runs: its vocabulary too
+        # what runs: the model with its vocabulary, the data with its fingerprints
+        self.plan = replace(plan, model=model.config, data=data.fingerprints)
         self.overwrite, self.owns_out = overwrite, False  # owns_out: out holds this run
         self.rank, self.world_size = init_distributed(self.device)
         check_vocabulary(model, data.tokenizer)
@@ -186,6 +186,8 @@ class Trainer:
         with holding_folder(self):
             log_to = run_log(self.out, config.max_steps, self.step, self.rank, progress)
             with log_to as log, deferred_signals(self.world_size == 1) as received:
+                if "data_changed_ok" in (changed := self.plan.why("data_check") or ""):
+                    log({"step": self.step, "data_changed": changed})  # from here on
                 while not received:
                     stop, checkpoint_due = clock.decide(self.step)
                     if stop:
@@ -268,13 +270,20 @@ class Trainer:
     @classmethod
     def resume(
         cls, path: str | Path, out: str | Path | None = None, overwrite: bool = False,
-        **overrides,
+        data_changed_ok: bool = False, **overrides,
     ) -> Trainer:
         """Continue the run of a checkpoint (or of the newest checkpoint in a folder),
-        in its folder or in `out`, under its plan (resumed_plan) and `overrides`."""
+        in its folder or in `out`, under its plan (resumed_plan) and `overrides`, on the
+        data it trained on (data_check; data changed since: data_changed_ok)."""
         state, path = training_checkpoint(path)
         plan = resumed_plan(state, **overrides)
-        return cls.from_plan(plan, out or path.parent, overwrite, state, path.parent)
+        trainer = cls.from_plan(plan, out or path.parent, overwrite, state, path.parent)
+        saved = state.get("plan", {}).get("data") or None  # None: not kept then
+        checked = data_check(saved, trainer.data.fingerprints, path.name, trainer.step,
+                             data_changed_ok)
+        kept = [d for d in trainer.plan.decisions if d.setting != checked.setting]
+        trainer.plan = replace(trainer.plan, decisions=[*kept, checked])
+        return trainer
 
     def _loss(self, src: Tensor, tgt_in: Tensor, tgt_out: Tensor,
               segments: tuple[Tensor, Tensor] | None = None) -> Tensor:
@@ -376,14 +385,14 @@ def time_first_update(model_config: TransformerConfig,
             clock = Clock(config, probe.world_size, probe.device)
             seconds = clock.rank0(probe.time_update())
             config = probe.config  # its device settings decided
+            per_pass = len(probe.batches.sampler) / config.accumulate
             half = replace(config, max_tokens=config.max_tokens // 2)
-            try:
+            try:  # the half may hold not the longest pair, or no packed row
                 rank_sampler(data.train.lengths(), half, probe.rank, probe.world_size,
                              config.pad_multiple)
-            except ValueError:  # the half holds not the longest pair, or no packed row
-                return Timing(seconds, len(probe.batches.sampler) / config.accumulate,
-                              half_fits=False)
-            return Timing(seconds, len(probe.batches.sampler) / config.accumulate)
+            except ValueError:
+                return Timing(seconds, per_pass, half_fits=False)
+            return Timing(seconds, per_pass)
         finally:
             probe.batches.close()
 
