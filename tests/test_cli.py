@@ -108,12 +108,12 @@ def test_real_text_on_a_cuda_gpu_stops_after_the_gpu_step_budget(tmp_path, tiny_
         plans.append(plan)  # the plan the run prints first
         raise KeyboardInterrupt  # stop before any training
 
-    from transformer import plan, trainer
+    from transformer import plan
     from transformer.plan import Timing
 
     monkeypatch.setattr(plan, "pick_device", lambda device="auto": torch.device("cuda"))
     monkeypatch.setattr(plan, "device_settings", lambda *args: [])  # no CUDA to ask here
-    monkeypatch.setattr(trainer, "time_first_update", lambda *args: Timing(0.06, 100.0))  # nor to time
+    monkeypatch.setattr(cli, "time_first_update", lambda *args: Timing(0.06, 100.0))  # nor to time
     monkeypatch.setattr(cli.Trainer, "from_plan", from_plan)
     with pytest.raises(KeyboardInterrupt):
         main(["train", "--data", str(tiny_corpus), "--out", str(tmp_path / "run")])

@@ -74,6 +74,10 @@ def test_a_plan_says_where_each_setting_came_from():
     assert rows[0].split() == ["setting", "value", "why"] and len(rows) == len(plan.decisions) + 1
     assert any(row.split()[:3] == ["max_tokens", "2,000", "preset"] for row in rows), rows
     assert RunPlan.from_dict(json.loads(json.dumps(plan.to_dict()))) == plan, "saved and read back whole"
+    auto = make_plan(max_steps=3, precision="auto", compile=None)
+    settings = [d.setting for d in auto.decisions]
+    assert len(settings) == len(set(settings)), "no setting twice"
+    assert auto.why("precision") != "given" and auto.training.precision in ("fp32", "bf16")
 
 
 def test_presets_follow_the_data_and_the_budget():
@@ -108,11 +112,10 @@ def test_presets_follow_the_data_and_the_budget():
 
 
 def _card(capability, name="cuda"):
-    """device_settings on a CUDA card of `capability` as torch reports it: bf16 is 'supported' on every
-    card unless asked without emulation (torch's is_bf16_supported)."""
+    """device_settings on a CUDA card of `capability` as torch reports it, and with torch's permissive answer
+    that bf16 is 'supported' on every card (it can emulate it), which must not decide."""
     with mock.patch("torch.cuda.get_device_capability", return_value=capability), \
-            mock.patch("torch.cuda.is_bf16_supported",
-                       side_effect=lambda including_emulation=True: capability >= (8, 0) or including_emulation):
+            mock.patch("torch.cuda.is_bf16_supported", return_value=True):
         return {d.setting: d.value for d in device_settings(torch.device(name, 0))}
 
 
@@ -331,3 +334,28 @@ def test_a_checkpoint_without_fingerprints_resumes_saying_its_data_was_not_check
     assert resumed.plan.decisions[-1] == Decision(
         "data_check", "not checked", "checkpoint-00000002.pt holds no fingerprint of its data (written before they "
                                "were kept)")
+
+
+def test_a_resumed_run_decides_its_device_settings_again_unless_they_were_given(tiny_corpus, tmp_path):
+    """A run begun where bf16 paid (faked: a CPU whose bf16 products are fast) and resumed on one where it
+    does not trains in fp32 there; a precision given by name is kept."""
+    config = TrainingConfig(**{**RUN, "precision": "auto"}, data=str(tiny_corpus), max_steps=2, max_tokens=120)
+    with mock.patch.object(devices, "cpu_bf16_speedup", return_value=3.0):
+        path = Trainer.from_config(TINY, config, tmp_path / "run").save()
+    assert load_checkpoint(path)["plan"]["training"]["precision"] == "bf16"
+    with mock.patch.object(devices, "cpu_bf16_speedup", return_value=0.05):
+        resumed = Trainer.resume(path)
+        assert resumed.config.precision == "fp32" and "no native bf16" in resumed.plan.why("precision")
+        given = Trainer.from_config(TINY, replace(config, precision="bf16"), tmp_path / "given").save()
+        assert Trainer.resume(given).config.precision == "bf16", "given: kept"
+        assert Trainer.resume(given, compile=False).plan.why("compile") == "given at resume"
+
+
+def test_a_data_change_stays_in_the_plan_after_a_later_resume(tiny_corpus, tmp_path):
+    checkpoint = _edited_run(tiny_corpus, tmp_path / "run")
+    (tiny_corpus / "train.de").write_text((tiny_corpus / "train.de").read_text().upper())
+    went_on = Trainer.resume(checkpoint, data_changed_ok=True, max_steps=3)
+    went_on.fit(progress=False)
+    again = Trainer.resume(tmp_path / "run" / "checkpoint-00000003.pt", max_steps=4)
+    assert again.plan.why("data_check") == "checkpoint-00000003.pt: the same fingerprints"
+    assert again.plan.why("data_check changed at step 2") == went_on.plan.why("data_check")

@@ -15,6 +15,7 @@ from tqdm import tqdm
 
 from transformer.checkpoints import (
     average_checkpoints,
+    check_output_folder,
     final_model,
     last_checkpoints,
     load_checkpoint,
@@ -33,12 +34,14 @@ from transformer.model import PRESETS, TransformerConfig
 from transformer.plan import (
     BUDGET_FITS,
     GPU_TEXT_STEPS,
+    Timing,
     TrainingConfig,
     final_average,
+    make_plan,
 )
 from transformer.runs import FEW_UPDATES
 from transformer.tokenizer import lowercases
-from transformer.trainer import Trainer, plan_run
+from transformer.trainer import Trainer, time_first_update
 from transformer.utils import __version__
 
 
@@ -298,9 +301,14 @@ def _add_run_options(group: argparse._ArgumentGroup) -> None:
 
 
 def _new_trainer(args: argparse.Namespace, given: dict) -> Trainer:
-    """A Trainer for a new run: its plan (plan_run) of the options given."""
+    """A Trainer for a new run: its plan (make_plan) of the options given, timed by
+    time_first_update where it needs an update timed, once the folder is checked."""
+    def timer(model_config: TransformerConfig, config: TrainingConfig) -> Timing:
+        check_output_folder(Path(args.out), False, args.overwrite)  # refused first
+        return time_first_update(model_config, config)
+
     model_given = {k: v for k in MODEL_OPTIONS if (v := getattr(args, k)) is not None}
-    plan = plan_run(args.preset, model_given, **given)
+    plan = make_plan(args.preset, model_given, timer, **given)
     return Trainer.from_plan(plan, args.out, args.overwrite)
 
 

@@ -76,12 +76,13 @@ def default_precision(device: torch.device) -> tuple[str, str]:
     """The precision "auto" means on `device`, and why. A CUDA card: bf16 from compute
     capability 8.0, where it has bf16 tensor cores; fp16 with loss scaling below it,
     where torch would only emulate bf16 (is_bf16_supported() says True there unless
-    asked including_emulation=False). A CPU: bf16 where its products are timed at least
-    1.5 times as fast as fp32's (native bf16), else fp32. MPS: fp32."""
-    if device.type == "cuda":
+    asked including_emulation=False, and of the current device, not `device`). A
+    CPU: bf16 where its products are timed at least 1.5 times as fast as fp32's
+    (native bf16), else fp32. MPS: fp32."""
+    if device.type == "cuda":  # this card's capability, not the current device's
         major, minor = torch.cuda.get_device_capability(device)
         card = f"CUDA compute capability {major}.{minor}"
-        if torch.cuda.is_bf16_supported(including_emulation=False):
+        if major >= 8:  # what is_bf16_supported(including_emulation=False) checks
             return "bf16", f"{card}: bf16 in hardware"
         return "fp16", f"{card}: no bf16 in hardware, fp16 with loss scaling"
     if device.type == "cpu":

@@ -235,6 +235,14 @@ class RunPlan:
     decisions: list[Decision] = field(default_factory=list)
     data: dict[str, str] = field(default_factory=dict)
 
+    def checked(self, data: Decision) -> RunPlan:
+        """The plan with the data decision `data` (data_check's); an earlier one that
+        said the data changed is kept, under its own name."""
+        earlier = [replace(d, setting=f"{d.setting} {d.value}")
+                   if d.setting == data.setting else d for d in self.decisions
+                   if d.setting != data.setting or d.value.startswith("changed")]
+        return replace(self, decisions=[*earlier, data])
+
     def why(self, setting: str) -> str | None:
         """Where `setting` came from (None: the dataclass's default)."""
         return next((d.why for d in self.decisions if d.setting == setting), None)
@@ -277,11 +285,11 @@ def shown(value: object) -> str:
 def given_plan(model_config: TransformerConfig, config: TrainingConfig,
                device: torch.device | None = None) -> RunPlan:
     """The plan of configurations made by hand: each setting not at its default is
-    "given", and the device's are decided (resolved)."""
-    defaults = TrainingConfig(max_steps=1)
+    "given" (the schedule: its reason), and the device's are decided (resolved)."""
     decisions = [Decision(f.name, getattr(config, f.name), "given")
-                 for f in fields(config)
-                 if getattr(config, f.name) != getattr(defaults, f.name)]
+                 for f in fields(config) if f.name != "schedule"
+                 and getattr(config, f.name) != f.default]
+    decisions.append(Decision("schedule", config.schedule, schedule_reason(config)))
     config, decided = resolved(config, device)
     decisions = [d for d in decisions if d.setting not in {x.setting for x in decided}]
     return RunPlan(model_config, config, decisions + decided)
@@ -397,7 +405,9 @@ def make_plan(preset: str | None = None, model: dict | None = None,
     if "schedule" not in given:
         decisions.append(Decision("schedule", config.schedule, schedule_reason(config)))
     config, decided = resolved(config, device)
-    decisions += [d for d in decided if d.why != "given"]
+    auto = {d.setting for d in decided if d.why != "given"}  # "auto" given: decided
+    decisions = [d for d in decisions if d.setting not in auto]
+    decisions += [d for d in decided if d.setting in auto]
     model_config = TransformerConfig.preset(preset, **model)
     batch_given, dropout_given = "max_tokens" in given, "dropout" in model
     if not dropout_given:
@@ -463,6 +473,7 @@ def schedule_reason(config: TrainingConfig) -> str:
 
 
 OLD_FITTING = ("fit_batch", "dropout_by_passes", "few_epochs_dropout")  # before plans
+DEVICE_AUTO = {"precision": "auto", "compile": None, "pad_multiple": None}
 
 
 def resumed_plan(state: dict, **given) -> RunPlan:
@@ -478,7 +489,11 @@ def resumed_plan(state: dict, **given) -> RunPlan:
                         for k, v in saved.items()])
     decisions = [d for d in plan.decisions if d.setting not in given]
     decisions += [Decision(k, v, "given at resume") for k, v in given.items()]
-    training, decided = resolved(replace(plan.training, **given))
+    decided_there = {d.setting for d in decisions  # by the machine that wrote it
+                     if not d.why.startswith(("given", "from the checkpoint"))}
+    again = {k: v for k, v in DEVICE_AUTO.items()  # decided again, on this machine
+             if k not in given and k in decided_there}
+    training, decided = resolved(replace(plan.training, **given, **again))
     auto = {d.setting for d in decided if d.why != "given"}  # "auto" decided here
     decisions = [d for d in decisions if d.setting not in auto]
     return RunPlan(plan.model, training, decisions + [d for d in decided

@@ -25,7 +25,7 @@ from transformer.training import learning_rate
 
 
 class RunSettings(Protocol):
-    """What the clock and the schedule read of a run's settings (the Trainer's
+    """What the clock and the schedule read of a run's settings (the plan's
     TrainingConfig has them all)."""
 
     max_steps: int | None

@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import contextlib
+import gc
 import math
 import statistics
 import tempfile
@@ -56,7 +57,7 @@ from transformer.runs import (
 )
 from transformer.samplers import TokenBatchSampler, TrainBatches, rank_sampler
 from transformer.tokenizer import PAD
-from transformer.training import label_smoothed_loss, make_optimizer
+from transformer.training import adam, label_smoothed_loss
 
 
 def training_state(trainer: Trainer) -> dict:
@@ -137,7 +138,7 @@ class Trainer:
     """Trains `model` on `data` (see prepare_data) as `config` says, writing to `out`.
 
     plan: the run's (make_plan); None: given_plan's of `config`. optimizer: by default
-    make_optimizer's Adam; its rate is set before each update (Planner.rate).
+    the paper's Adam (training.adam); its rate is set before each update (Planner.rate).
     overwrite: delete another run's files in `out` first (see check_output_folder)."""
 
     def __init__(
@@ -157,7 +158,7 @@ class Trainer:
         if self.device.type == "cpu" and FastPaths.enabled:
             keep_freed_memory()
         torch.manual_seed(self.config.seed + self.rank)  # other masks on each rank
-        self.optimizer = optimizer or make_optimizer(model, model.config.d_model)[0]
+        self.optimizer = optimizer or adam(model)
         self.step, self.rates = 0, Planner(self.config, model.config.d_model)
         self.dtype = autocast_dtype(self.config.precision, self.device)
         self.scaler = torch.amp.GradScaler(self.device.type,
@@ -279,10 +280,8 @@ class Trainer:
         plan = resumed_plan(state, **overrides)
         trainer = cls.from_plan(plan, out or path.parent, overwrite, state, path.parent)
         saved = state.get("plan", {}).get("data") or None  # None: not kept then
-        checked = data_check(saved, trainer.data.fingerprints, path.name, trainer.step,
-                             data_changed_ok)
-        kept = [d for d in trainer.plan.decisions if d.setting != checked.setting]
-        trainer.plan = replace(trainer.plan, decisions=[*kept, checked])
+        trainer.plan = trainer.plan.checked(data_check(
+            saved, trainer.data.fingerprints, path.name, trainer.step, data_changed_ok))
         return trainer
 
     def _loss(self, src: Tensor, tgt_in: Tensor, tgt_out: Tensor,
@@ -375,9 +374,9 @@ def stopped_by_signal(trainer: Trainer, metrics: dict, signum: int) -> dict:
 
 def time_first_update(model_config: TransformerConfig,
                       config: TrainingConfig) -> Timing:
-    """One update of the run of these configurations, timed before it starts (rank
-    0's seconds on every process), the updates of a pass over its training data, and
-    whether half its batch still makes batches of that data."""
+    """One update of the run of these configurations timed before it starts (rank 0's
+    seconds), the updates of a pass over its data, and whether half its batch fits."""
+    init_distributed(pick_device(config.device))  # the data: rank 0's first
     with tempfile.TemporaryDirectory() as folder:
         model, data = model_and_data(model_config, config)
         probe = Trainer(model, data, config, folder)
@@ -393,8 +392,10 @@ def time_first_update(model_config: TransformerConfig,
             except ValueError:
                 return Timing(seconds, per_pass, half_fits=False)
             return Timing(seconds, per_pass)
-        finally:
+        finally:  # the probe's memory back before the run's model is built
             probe.batches.close()
+            del probe, model
+            gc.collect()
 
 
 def plan_run(preset: str | None = None, model: dict | None = None,

@@ -21,15 +21,19 @@ def learning_rate(
     return scale * d_model**-0.5 * min(step**-0.5, step * warmup_steps**-1.5)
 
 
-def make_optimizer(
-    model: nn.Module, d_model: int, warmup_steps: int = 4000, scale: float = 1.0
-) -> tuple[torch.optim.Adam, torch.optim.lr_scheduler.LambdaLR]:
-    """Adam(0.9, 0.98, 1e-9) and the schedule above; call schedule.step() after each
-    update."""
-    optimizer = torch.optim.Adam(
+def adam(model: nn.Module) -> torch.optim.Adam:
+    """Adam(0.9, 0.98, 1e-9) over the model's parameters, at rate 1 until one is set."""
+    return torch.optim.Adam(
         model.parameters(), lr=1.0, betas=(0.9, 0.98), eps=1e-9,
         fused=default_fused_adam(next(model.parameters()).device),
     )
+
+
+def make_optimizer(
+    model: nn.Module, d_model: int, warmup_steps: int = 4000, scale: float = 1.0
+) -> tuple[torch.optim.Adam, torch.optim.lr_scheduler.LambdaLR]:
+    """Adam and the schedule above; call schedule.step() after each update."""
+    optimizer = adam(model)
     schedule = torch.optim.lr_scheduler.LambdaLR(
         optimizer, lambda done: learning_rate(done + 1, d_model, warmup_steps, scale)
     )
@@ -52,6 +56,7 @@ def label_smoothed_loss(
 
 __all__ = [
     'learning_rate',
+    'adam',
     'make_optimizer',
     'label_smoothed_loss',
 ]
