@@ -235,13 +235,11 @@ class RunPlan:
     decisions: list[Decision] = field(default_factory=list)
     data: dict[str, str] = field(default_factory=dict)
 
-    def checked(self, data: Decision) -> RunPlan:
-        """The plan with the data decision `data` (data_check's); an earlier one that
-        said the data changed is kept, under its own name."""
-        earlier = [replace(d, setting=f"{d.setting} {d.value}")
-                   if d.setting == data.setting else d for d in self.decisions
-                   if d.setting != data.setting or d.value.startswith("changed")]
-        return replace(self, decisions=[*earlier, data])
+    def decided(self, decisions: list[Decision]) -> RunPlan:
+        """The plan with `decisions` in place of those of the same settings."""
+        settings = {d.setting for d in decisions}
+        kept = [d for d in self.decisions if d.setting not in settings]
+        return replace(self, decisions=kept + decisions)
 
     def why(self, setting: str) -> str | None:
         """Where `setting` came from (None: the dataclass's default)."""
@@ -273,6 +271,14 @@ class RunPlan:
         text = json.dumps(self.to_dict(), indent=1) + "\n"
         write_atomically(out / "plan.json", lambda file: file.write(text.encode()))
         return out / "plan.json"
+
+    def checked(self, data: Decision) -> RunPlan:
+        """The plan with the data decision `data` (data_check's); an earlier one that
+        said the data changed is kept, under its own name."""
+        earlier = [replace(d, setting=f"{d.setting} {d.value}")
+                   if d.setting == data.setting else d for d in self.decisions
+                   if d.setting != data.setting or d.value.startswith("changed")]
+        return replace(self, decisions=[*earlier, data])
 
 
 def shown(value: object) -> str:
@@ -378,61 +384,28 @@ def make_plan(preset: str | None = None, model: dict | None = None,
               **given) -> RunPlan:
     """The plan of a new run: the settings `given` (TrainingConfig's fields) and
     `model` (TransformerConfig's), the preset's for the rest (default_preset's for
-    the data), the device's, and, for a planned run of minutes alone, the budget's
-    (fit: the preset's BudgetFit, or one given, or None), from one update timed."""
+    the data), the device's, and what one update timed decides (timed_decisions;
+    fit: the preset's BudgetFit, or one given, or None)."""
     model = dict(model or {})
     text = given.get("data", "numbers") != "numbers"
-    corpus = "real text" if text else "the number corpus"
-    why = "given" if preset else corpus
-    preset = preset or default_preset(text)
+    why = "given" if preset else ("real text" if text else "the number corpus")
+    preset = check_preset(preset or default_preset(text))
+    device = pick_device(given.get("device", "auto"))
+    settings = preset_settings(preset, text, device, given)  # {name: (value, why)}
+    config = TrainingConfig(**{k: v for k, (v, _) in settings.items()}, **given)
+    config, decided = resolved(config, device)
+    model_config = TransformerConfig.preset(preset, **model)
     decisions = [Decision("preset", preset, why)]
     decisions += [Decision(k, v, "given") for k, v in {**given, **model}.items()]
-    settings = {k: (v, f"preset {preset}")
-                for k, v in TRAINING_PRESETS[check_preset(preset)].items()}
-    settings["split_punctuation"] = text, corpus
-    if preset == "small":
-        settings |= {k: (v, f"preset small on {corpus}")
-                     for k, v in SMALL_DATA["text" if text else "numbers"].items()}
-    device = pick_device(given.get("device", "auto"))
-    settings |= (stop := stop_rule(preset, text, device, given))
-    if all(given.get(n) is None for n in ("checkpoint_minutes", "checkpoint_every")):
-        budget = settings.get("max_steps", (given.get("max_steps"),))[0]
-        spacing = checkpoint_spacing(budget, given.get("max_minutes"))
-        settings |= {k: (v, "about 15 over the budget") for k, v in spacing.items()}
-    settings = {k: v for k, v in settings.items() if k not in given}
     decisions += [Decision(k, v, why) for k, (v, why) in settings.items()]
-    config = TrainingConfig(**{k: v for k, (v, _) in settings.items()}, **given)
     if "schedule" not in given:
         decisions.append(Decision("schedule", config.schedule, schedule_reason(config)))
-    config, decided = resolved(config, device)
-    auto = {d.setting for d in decided if d.why != "given"}  # "auto" given: decided
-    decisions = [d for d in decisions if d.setting not in auto]
-    decisions += [d for d in decided if d.setting in auto]
-    model_config = TransformerConfig.preset(preset, **model)
-    batch_given, dropout_given = "max_tokens" in given, "dropout" in model
-    if not dropout_given:
+    if "dropout" not in model:
         decisions.append(Decision("dropout", model_config.dropout, f"preset {preset}"))
+    plan = RunPlan(model_config, config, decisions)
+    plan = plan.decided([d for d in decided if d.why != "given"])  # "auto" too
     fit = BUDGET_FITS.get(preset) if fit == "preset" else fit
-    wanted = fit and (fit.halve_batch and not batch_given
-                      or fit.dropout_by_passes and not dropout_given)
-    if stop and timer is not None:  # a budget not given: its cost here, said first
-        seconds = timer(model_config, replace(config, compile=False)).seconds
-        cost = projected_cost(config.max_steps, seconds, stop["max_steps"][1])
-        decisions = [d for d in decisions if d.setting != "max_steps"] + [cost]
-    if wanted and config.planned and config.max_steps is None and not config.compile:
-        if timer is None:
-            raise ValueError("this plan times one update (a planned run of minutes "
-                             f"alone of preset {preset}): give make_plan a timer")
-        timing = timer(model_config, config)
-        fitted = fit_budget(config, model_config.dropout, fit, timing, batch_given,
-                            dropout_given)
-        decisions = [x for x in decisions if x.setting not in
-                     {d.setting for d in fitted}] + fitted
-        config = replace(config, max_tokens=next(
-            (d.value for d in fitted if d.setting == "max_tokens"), config.max_tokens))
-        model_config = replace(model_config, dropout=next(
-            (d.value for d in fitted if d.setting == "dropout"), model_config.dropout))
-    return RunPlan(model_config, config, decisions)
+    return timed_decisions(plan, fit, timer, "max_tokens" in given, "dropout" in model)
 
 
 def check_preset(name: str) -> str:
@@ -456,6 +429,24 @@ def stop_rule(preset: str, text: bool, device: torch.device, given: dict) -> dic
     )
 
 
+def preset_settings(preset: str, text: bool, device: torch.device,
+                    given: dict) -> dict[str, tuple[object, str]]:
+    """The settings the preset, the data and the budget give a run, each with its
+    reason, but for those `given`."""
+    corpus = "real text" if text else "the number corpus"
+    settings = {k: (v, f"preset {preset}") for k, v in TRAINING_PRESETS[preset].items()}
+    settings["split_punctuation"] = text, corpus
+    if preset == "small":
+        settings |= {k: (v, f"preset small on {corpus}")
+                     for k, v in SMALL_DATA["text" if text else "numbers"].items()}
+    settings |= stop_rule(preset, text, device, given)
+    if all(given.get(n) is None for n in ("checkpoint_minutes", "checkpoint_every")):
+        budget = settings.get("max_steps", (given.get("max_steps"),))[0]
+        spacing = checkpoint_spacing(budget, given.get("max_minutes"))
+        settings |= {k: (v, "about 15 over the budget") for k, v in spacing.items()}
+    return {k: v for k, v in settings.items() if k not in given}
+
+
 def projected_cost(steps: int, seconds: float, why: str) -> Decision:
     """max_steps of a budget the run did not give, with what it will cost here from one
     update timed without compiling (the compiled step is faster: an upper bound)."""
@@ -470,6 +461,31 @@ def schedule_reason(config: TrainingConfig) -> str:
         return "a budget of minutes alone: planned for it (Runs chapter)"
     return "a budget of updates: the paper's" + (", cooled down" if config.cooldown
                                                  else "")
+
+
+def timed_decisions(plan: RunPlan, fit: BudgetFit | None, timer: Timer | None,
+                    batch_given: bool, dropout_given: bool) -> RunPlan:
+    """`plan` with what one update timed decides, where anything does."""
+    config, model_config = plan.training, plan.model
+    if plan.why("max_steps") not in (None, "given") and timer is not None:
+        seconds = timer(model_config, replace(config, compile=False)).seconds
+        why = plan.why("max_steps")  # a budget the run did not give: its cost here
+        return plan.decided([projected_cost(config.max_steps, seconds, why)])
+    wanted = fit and (fit.halve_batch and not batch_given
+                      or fit.dropout_by_passes and not dropout_given)
+    if not (wanted and config.planned and config.max_steps is None
+            and not config.compile):
+        return plan
+    if timer is None:
+        raise ValueError("this plan times one update (a planned run of minutes alone "
+                         "that fits its batch or P_drop): give make_plan a timer")
+    fitted = fit_budget(config, model_config.dropout, fit, timer(model_config, config),
+                        batch_given, dropout_given)
+    value = {d.setting: d.value for d in fitted}
+    tokens = value.get("max_tokens", config.max_tokens)
+    dropout = value.get("dropout", model_config.dropout)
+    return replace(plan.decided(fitted), training=replace(config, max_tokens=tokens),
+                   model=replace(model_config, dropout=dropout))
 
 
 OLD_FITTING = ("fit_batch", "dropout_by_passes", "few_epochs_dropout")  # before plans
@@ -542,8 +558,10 @@ __all__ = [
     'make_plan',
     'check_preset',
     'stop_rule',
+    'preset_settings',
     'projected_cost',
     'schedule_reason',
+    'timed_decisions',
     'resumed_plan',
     'data_check',
 ]
