@@ -67,11 +67,10 @@ def train(args: argparse.Namespace, seed: int, out: Path, data: list[str]) -> di
     result["steps"] = int(re.match(r"done: (\d+) steps", done)[1])
     result["final_model"] = next(line for line in output if line.startswith("final model"))
     # what train said it trains (device, precision) and, for a planned schedule, its plan
-    # and, where it fitted its batch to the budget, the batch
+    # (the "batch" line that records before issue 95 hold is no longer printed)
     result["training"] = next(line for line in output if line.startswith("training "))
     plans = [line for line in output if line.startswith("schedule planned for")]
     result["schedule"] = plans[0] if plans else "the paper's"
-    result |= {"batch": line for line in output if line.startswith("batch ")}
     # and from issue 95 on, the run's whole plan as it saved it: every setting (precision,
     # batch, P_drop, schedule, budget) and where it came from, written by the run itself
     if (out / "plan.json").is_file():
