@@ -4,13 +4,23 @@ import matplotlib
 
 matplotlib.use("Agg")
 
+import json  # noqa: E402
+
 import matplotlib.pyplot as plt  # noqa: E402
 import pytest  # noqa: E402
 import torch  # noqa: E402
 
-from transformer import Transformer, TransformerConfig, attention_weights, plot_attention  # noqa: E402
+from transformer import (  # noqa: E402
+    Transformer,
+    TransformerConfig,
+    attention_weights,
+    greedy_decode,
+    plot_attention,
+    train_tokenizer,
+    trace_search,
+)
 from transformer.attention import padding_mask, scaled_dot_product_attention  # noqa: E402
-from transformer.tokenizer import PAD  # noqa: E402
+from transformer.tokenizer import BOS, EOS, PAD  # noqa: E402
 
 
 def _model():
@@ -127,3 +137,32 @@ def test_the_explorer_page_keeps_a_closing_tag_in_a_token_out_of_its_script():
     html = AttentionExplorer(weights, ["</script>", "b"], ["x", "y"])._repr_html_()
     assert html.count("</script>") == 1 and html.endswith("</script>")
     assert "renderAttentionExplorer(document.getElementById(" in html
+
+
+def test_trace_search_reads_the_attention_that_chose_each_token_and_shows_in_a_notebook():
+    """Each step's attention is the last decoder layer's encoder-decoder attention of
+    each prefix's last position, read by attention_weights on the whole prefix; greedy's
+    output is greedy_decode's; the view's data is JSON, and its HTML cannot end its own
+    script."""
+    torch.manual_seed(4)
+    tokenizer = train_tokenizer(iter(["one two three </script>", "four five six"] * 4), vocab_size=40)
+    vocab = tokenizer.get_vocab_size()
+    model = Transformer(TransformerConfig(src_vocab_size=vocab, tgt_vocab_size=vocab, d_model=32, n_heads=4,
+                                          d_ff=64, n_layers=2, dropout=0.0)).eval()
+    trace = trace_search(model, tokenizer, "one two </script> four", beam_size=3)
+    src = torch.tensor([tokenizer.encode("one two </script> four", add_special_tokens=False).ids + [EOS]])
+    assert trace.source == src[0].tolist()
+    step = trace.steps[2]
+    tgt = torch.tensor([[BOS, *p] for p in step.prefixes])
+    weights = attention_weights(model, src.expand(len(tgt), -1), tgt)["decoder.1.cross"][:, :, -1]
+    torch.testing.assert_close(torch.tensor(step.attention), weights)
+    greedy = greedy_decode(model, src)[0].tolist()
+    assert trace.greedy == greedy[: greedy.index(EOS) + 1] if EOS in greedy else greedy
+    data = json.loads(json.dumps(trace.to_dict()))
+    assert data["tokens"][str(EOS)] == "<eos>" and len(data["steps"]) == len(trace.steps)
+    assert data["steps"][2]["attention"][0][0] == pytest.approx(weights[0, 0].tolist(), abs=5e-5)
+    with pytest.raises(TypeError, match="sentence must be one string; got list"):
+        trace_search(model, tokenizer, ["one two"])
+    html = trace._repr_html_()
+    assert "renderBeamSearch(document.getElementById" in html
+    assert html.count("</script>") == html.count("<script>") == 1, "the data cannot close the script"

@@ -19,6 +19,7 @@ from html.parser import HTMLParser
 from pathlib import Path
 from urllib.parse import urljoin, urlparse
 
+import numpy as np
 import pytest
 import yaml
 
@@ -420,6 +421,104 @@ def test_the_translator_sits_in_the_column_and_labels_words_without_the_marker(s
     assert page.locator(".attention-map").bounding_box()["width"] >= 400
     labels = page.locator("#translator svg text").all_text_contents()
     assert labels and not [text for text in labels if "\u2581" in text]
+    assert not problems, problems
+    page.close()
+
+
+def _same_trace(page_trace: dict, python_trace: dict) -> None:
+    """The page's trace of a sentence against Python's (OnnxTranslator.trace's to_dict).
+    Tokens, prefixes, candidates, fates, the finished ids and greedy's exactly. log P to
+    a tolerance from the arithmetic: both run the same int8 graphs in float32, but
+    onnxruntime-web's WebAssembly kernels sum the matrix products and the softmax in
+    another order than the native ones, which changes a token's log-probability by a few
+    float32 ulps of the logits (under 1e-5 each here); a log P at step t sums t of them,
+    so it may differ by t * 1e-5. The attention weights are rounded to 4 decimals on both
+    sides, so they may differ by one in the last decimal, and a little more."""
+    for key in ("source", "beam_size", "alpha", "greedy", "tokens"):
+        assert page_trace[key] == python_trace[key], key
+    assert [f["ids"] for f in page_trace["finished"]] == [f["ids"] for f in python_trace["finished"]]
+    assert len(page_trace["steps"]) == len(python_trace["steps"])
+    for ours, theirs in zip(page_trace["steps"], python_trace["steps"]):
+        t = ours["t"]
+        assert (t, ours["prefixes"]) == (theirs["t"], theirs["prefixes"])
+        fields = ("row", "token", "fate", "slot")
+        assert [[c[f] for f in fields] for c in ours["candidates"]] == [
+            [c[f] for f in fields] for c in theirs["candidates"]], f"step {t}"
+        for a, b in zip(ours["candidates"], theirs["candidates"]):
+            assert a["token_log_prob"] == pytest.approx(b["token_log_prob"], abs=1e-5)
+            assert a["log_prob"] == pytest.approx(b["log_prob"], abs=t * 1e-5)
+            assert (a["score"] is None) == (b["score"] is None)
+            if a["score"] is not None:
+                assert a["score"] == pytest.approx(b["score"], abs=t * 1e-5)
+        assert ours["log_probs"] == pytest.approx(theirs["log_probs"], abs=t * 1e-5)
+        assert (ours["bound"] is None) == (theirs["bound"] is None)
+        assert abs(np.array(ours["attention"]) - np.array(theirs["attention"])).max() <= 1.5e-4
+
+
+def test_the_pages_beam_search_traces_as_pythons_and_is_drawn_in_the_column(site):
+    """The page's traced search (translate.js's Translator.trace) equals Python's
+    (OnnxTranslator.trace) on 21 sentences of both models of the menu; and through the
+    controls, a 20-word sentence's search is drawn, within the column, in under a second
+    from the click, with the winner's path filled step by step, and a step's candidates
+    listed when it is clicked."""
+    if not (MODELS / "numbers" / "model.json").is_file():
+        pytest.skip("the book was built without npm: no in-page translator (make book)")
+    from transformer import OnnxTranslator
+    from transformer._book import small_number_run, train_once
+
+    trainer, _ = train_once(*small_number_run())
+    sentences = {"multi30k-en-de": OnnxTranslator(MODELS / "multi30k-en-de").meta["about"]["examples"],
+                 "numbers": [src for src, _ in trainer.data.test[:16]] + [""]}
+    browser, base = site
+    page, problems, _ = _watched(browser)
+    page.set_viewport_size({"width": 1280, "height": 900})
+    page.goto(base + "book/deploy.html", wait_until="load")
+    page.wait_for_selector("#translator[data-ready=true]", timeout=60_000)
+    got = page.evaluate("""async ([sentences, base]) => {
+        const { Translator } = await import(base + "_static/translate/translate.js");
+        const out = {};
+        for (const [model, texts] of Object.entries(sentences)) {
+            const t = await Translator.fromUrl(new URL(`_static/translate/models/${model}/`, base));
+            out[model] = [];
+            for (const s of texts) out[model].push((await t.trace(s, 4)).trace);
+        }
+        return out;
+    }""", [sentences, base])
+    compared = 0
+    for model, texts in sentences.items():
+        translator = OnnxTranslator(MODELS / model)
+        for sentence, trace in zip(texts, got[model], strict=True):
+            _same_trace(trace, json.loads(json.dumps(translator.trace(sentence).to_dict())))
+            compared += 1
+    assert compared >= 20
+
+    sentence = ("A man in a blue shirt and a woman in a red dress are walking their two "
+                "dogs along the beach.")
+    assert len(sentence.split()) == 20
+    page.fill("#translator input[type=text]", sentence)
+    page.click("#translator button:text('Translate')")
+    page.wait_for_function("() => document.querySelector('.translator-output').dataset.translation")
+    ms = page.evaluate("""() => new Promise((resolve) => {
+        const start = performance.now();
+        new MutationObserver((_, observer) => {
+            if (document.querySelector('.beam-search svg.beam-tree')) {
+                observer.disconnect(); resolve(performance.now() - start);
+            }
+        }).observe(document.querySelector('#translator'), { childList: true, subtree: true });
+        document.querySelector('.translator-search').click();
+    })""")
+    assert ms < 1000, f"the search was drawn {ms:.0f} ms after the click"
+    python = OnnxTranslator(MODELS / "multi30k-en-de").trace(sentence)
+    winner = python.finished[0][0]
+    assert page.locator(".beam-candidate[data-on-path=true]").count() == len(winner)
+    steps = len(python.steps)
+    assert page.locator(".beam-tree text[data-step]").count() == steps
+    page.click(f".beam-tree text[data-step='{steps - 1}']")
+    assert page.locator(".beam-candidates tbody tr").count() == len(python.steps[-1].candidates)
+    right = page.evaluate("document.querySelector('main article').getBoundingClientRect().right + 1")
+    for selector in (".beam-search", ".beam-scroll", ".beam-summary", ".beam-candidates"):
+        box = page.locator(selector).bounding_box()
+        assert box["x"] + box["width"] <= right, f"{selector} reaches past the column"
     assert not problems, problems
     page.close()
 

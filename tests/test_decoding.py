@@ -336,3 +336,74 @@ def test_cuda_graph_steps_under_bf16_autocast_stay_within_bf16s_rounding():
     same = (graphs.tokens == growing.tokens).all(-1)  # (batch, k): the same hypothesis
     assert same.float().mean() >= 0.5
     torch.testing.assert_close(graphs.log_probs[same], growing.log_probs[same], atol=0.1, rtol=0.02)
+
+
+def _replayed(trace, model, src, limit):
+    """Step by step, what the model itself says each step of `trace` should hold: the
+    prefixes (the last step's kept candidates, in their slots), the 2k best extensions of
+    every prefix from the model run on the whole prefix, the fates (finished where they
+    ended, then the k best of the others kept) and the stop (the first step whose best
+    finished score reaches the bound, or the limit). Returns the best finished (score,
+    ids) of all steps."""
+    k, alpha, best = trace.beam_size, trace.alpha, (float("-inf"), None)
+    prefixes, logp_of = [[]], [0.0]  # step 1: one empty prefix; the other slots are empty
+    for step in trace.steps:
+        assert step.prefixes[: len(prefixes)] == prefixes
+        assert step.log_probs[: len(prefixes)] == pytest.approx(logp_of, abs=1e-4)
+        assert all(p is None for p in step.log_probs[len(prefixes):])
+        tgt = torch.tensor([[BOS, *p] for p in prefixes])
+        with torch.no_grad():
+            logits = model(src.expand(len(tgt), -1), tgt)[:, -1].float()
+        logits[:, [PAD, BOS]] = float("-inf")  # never generated: written out here
+        sums = torch.tensor(logp_of)[:, None] + logits.log_softmax(-1)
+        order = sums.flatten().sort(descending=True, stable=True)
+        top = order.indices[: 2 * k].tolist()
+        assert [(c.row, c.token) for c in step.candidates] == [divmod(i, sums.size(1)) for i in top]
+        going = []
+        for c, value in zip(step.candidates, order.values[: 2 * k].tolist()):
+            assert c.log_prob == pytest.approx(value, abs=1e-4)
+            assert c.log_prob == pytest.approx(logp_of[c.row] + c.token_log_prob, abs=1e-5)
+            ended = c.token == EOS or step.t == limit
+            assert (c.fate == "finished") == ended
+            if ended:
+                assert c.score == pytest.approx(c.log_prob / ((5 + step.t) / 6) ** alpha, rel=1e-6)
+                best = max(best, (c.score, prefixes[c.row] + [c.token]), key=lambda b: b[0])
+            else:
+                going.append(c)
+        assert [c.fate for c in going] == ["kept"] * min(k, len(going)) + ["pruned"] * (len(going) - k)
+        assert [c.slot for c in going[:k]] == list(range(min(k, len(going))))
+        bound = going[0].log_prob / ((5 + limit) / 6) ** alpha if going else float("-inf")
+        assert (step.bound or float("-inf")) == pytest.approx(bound, rel=1e-6)
+        stops = best[0] >= bound or step.t == limit
+        assert stops == (step is trace.steps[-1]), f"step {step.t}: stop {stops}"
+        prefixes = [prefixes[c.row] + [c.token] for c in going[:k]]
+        logp_of = [c.log_prob for c in going[:k]]
+    return best
+
+
+@pytest.mark.parametrize("seed, beam_size, alpha", [(0, 4, 0.6), (1, 1, 0.6), (2, 3, 0.0), (3, 5, 1.0)])
+def test_a_traced_search_returns_the_untraced_ones_output_and_each_step_replays(seed, beam_size, alpha):
+    """The trace changes nothing (tokens, scores and log P equal the untraced search's,
+    bit for bit), and each of its steps is what the model run on the whole prefixes says
+    it should be; its best finished candidate is the output."""
+    torch.manual_seed(seed)
+    model = Transformer(TransformerConfig(**SMALL)).eval()
+    for n in (1, 3, 6, 9):
+        src = torch.randint(4, 40, (1, n))
+        trace = decoding.BeamTrace(src[0], beam_size, alpha)
+        traced = beam_search(model, src, beam_size, alpha, max_len=12, trace=trace)
+        untraced = beam_search(model, src, beam_size, alpha, max_len=12)
+        for name in ("tokens", "scores", "log_probs"):
+            assert torch.equal(getattr(traced, name), getattr(untraced, name)), name
+        score, ids = _replayed(trace, model, src, limit=12)
+        assert trace.finished[0][2] == score and trace.finished[0][0] == ids
+        assert [h[0] for h in trace.finished] == [
+            [i for i in row if i != PAD] for row in untraced.tokens[0].tolist()[: len(trace.finished)]]
+
+
+def test_a_trace_is_of_one_sentence():
+    torch.manual_seed(0)
+    model = Transformer(TransformerConfig(**SMALL)).eval()
+    src = torch.randint(4, 40, (2, 5))
+    with pytest.raises(ValueError, match="a traced src one sentence; got beam_size=4, alpha=0.6, src of 2 sentences traced"):
+        beam_search(model, src, trace=decoding.BeamTrace(src[0], 4, 0.6))

@@ -343,3 +343,28 @@ def test_a_folder_without_maps_translates_and_says_what_is_missing(exported, tmp
     assert translator.translate(["a"]) == OnnxTranslator(folder).translate(["a"])
     with pytest.raises(FileNotFoundError, match="no maps.onnx .* export the model again"):
         translator.attention_maps([EOS], [EOS])
+
+
+def test_the_numpy_search_traces_as_the_torch_search_does(exported):
+    """OnnxTranslator.trace (NumPy around the graphs, each step's attention from the step
+    graph) against trace_search (PyTorch, the attention read afterwards by attention_weights
+    on each whole prefix): the same steps, candidates, fates, finished hypotheses and
+    greedy output; log P and weights to float32's sums."""
+    from transformer import trace_search
+
+    model, tokenizer, folder, _ = exported
+    translator = OnnxTranslator(folder)
+    for sentence in SENTENCES[:6] + [""]:
+        ours, torchs = (translator.trace(sentence, 3).to_dict(),
+                        trace_search(model, tokenizer, sentence, 3).to_dict())
+        assert ours["greedy"] == torchs["greedy"] and ours["tokens"] == torchs["tokens"]
+        assert [f["ids"] for f in ours["finished"]] == [f["ids"] for f in torchs["finished"]]
+        assert len(ours["steps"]) == len(torchs["steps"])
+        for a, b in zip(ours["steps"], torchs["steps"]):
+            assert a["prefixes"] == b["prefixes"]
+            assert [(c["row"], c["token"], c["fate"], c["slot"]) for c in a["candidates"]] == [
+                (c["row"], c["token"], c["fate"], c["slot"]) for c in b["candidates"]]
+            for key in ("log_prob", "token_log_prob"):
+                assert [c[key] for c in a["candidates"]] == pytest.approx(
+                    [c[key] for c in b["candidates"]], abs=1e-4)
+            np.testing.assert_allclose(a["attention"], b["attention"], atol=2e-4)

@@ -84,7 +84,7 @@ PUBLIC = {
     "decoding": ["translate", "greedy_decode", "beam_search"],
     "evaluation": ["evaluate", "Scores", "corpus_bleu", "corpus_chrf", "tokenized_bleu",
                    "exact_match"],
-    "attention maps": ["attention_weights", "plot_attention"],
+    "attention maps": ["attention_weights", "plot_attention", "trace_search"],
     "deployment": ["export_onnx", "OnnxTranslator"],
     "the command line": ["main"],
 }

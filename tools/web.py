@@ -1,7 +1,8 @@
 """The deploy chapter's in-page translator, written into the built book (`make book` runs this
 after jupyter-book): _build/html/_static/translate/ gets
 
-- page.js and translate.js, from web/, and the attention explorer, transformer/explorer.js;
+- page.js and translate.js, from web/, and the package's views: the attention explorer,
+  transformer/explorer.js, and the beam search's, transformer/beamsearch.js;
 - vendor/: onnxruntime-web's WebAssembly runtime and tokenizers.js, from web/node_modules
   (`npm ci --prefix web`, pinned by web/package-lock.json);
 - models/NAME/: exported models (encoder.onnx, step.onnx, maps.onnx, tokenizer.json,
@@ -52,8 +53,13 @@ def number_model(folder: Path) -> dict:
     about = {"corpus": "numbers", "examples": examples,
              "trained": "transformer._book.small_number_run, by the book's chapters"}
     export_onnx(trainer.model.eval(), trainer.data.tokenizer, folder, about=about)
-    return {"folder": folder.name, "label": "numbers: English number words to German "
-            "(the book's model)"}
+    return _entry(folder.name, "numbers: English number words to German (the book's model)")
+
+
+def _entry(folder: str, label: str) -> dict:
+    """A model's entry in index.json: the menu shows its name (the label before its
+    parentheses, whole in the column), the status line the whole label once loaded."""
+    return {"folder": folder, "label": label.split(" (")[0], "about": label}
 
 
 def build(html: Path) -> Path:
@@ -69,12 +75,13 @@ def build(html: Path) -> Path:
                     shutil.copy2(modules / package / name, holding / "vendor" / name)
             for name in ("page.js", "translate.js"):
                 shutil.copy2(WEB / name, holding / name)
-            shutil.copy2(ROOT / "transformer" / "explorer.js", holding / "explorer.js")
+            for name in ("explorer.js", "beamsearch.js"):  # the package's views
+                shutil.copy2(ROOT / "transformer" / name, holding / name)
             models = []  # the committed models first: the page loads the first at once
             for folder in sorted(p for p in (WEB / "models").glob("*") if p.is_dir()):
                 shutil.copytree(folder, holding / "models" / folder.name)
                 about = json.loads((folder / "model.json").read_text())["about"]
-                models.append({"folder": folder.name, "label": about["label"]})
+                models.append(_entry(folder.name, about["label"]))
             models.append(number_model(holding / "models" / "numbers"))
         else:
             print("tools/web.py: no web/node_modules (npm ci --prefix web), so the page "

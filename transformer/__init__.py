@@ -13,6 +13,7 @@ from .attention import (
 from .attention_maps import (
     attention_weights,
     plot_attention,
+    trace_search,
 )
 from .checkpoints import (
     save_checkpoint,
@@ -110,6 +111,7 @@ __all__ = [
     'exact_match',
     'attention_weights',
     'plot_attention',
+    'trace_search',
     'export_onnx',
     'OnnxTranslator',
     'main',

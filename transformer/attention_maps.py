@@ -4,16 +4,20 @@
 
 from __future__ import annotations
 
-import json
-import uuid
 from collections.abc import Sequence
-from importlib import resources
 
 import torch
 from tokenizers import Tokenizer
 from torch import Tensor
 
-from transformer.decoding import beam_search, encode_sources, greedy_decode
+from transformer.decoding import (
+    DECODING,
+    BeamTrace,
+    beam_search,
+    encode_sources,
+    greedy_decode,
+    script_view,
+)
 from transformer.model import Transformer
 from transformer.tokenizer import BOS, EOS
 
@@ -122,12 +126,8 @@ class AttentionExplorer:
                                        "keys": list(keys), "layers": layers})
 
     def _repr_html_(self) -> str:
-        script = resources.files("transformer").joinpath("explorer.js").read_text()
-        root = f"attention-explorer-{uuid.uuid4().hex}"
-        data = json.dumps(self.data).replace("</", "<\\/")  # no </script> in the data
-        return (f'<div id="{root}" class="attention-explorer"></div>\n<script>\n'
-                f"{script}\nrenderAttentionExplorer(document.getElementById"
-                f'("{root}"), {data});\n</script>')
+        return script_view("explorer.js", "renderAttentionExplorer", self.data,
+                           "attention-explorer")
 
 
 @torch.no_grad()
@@ -156,9 +156,39 @@ def explore(
                              [token(i) for i in ids[0]], [token(i) for i in out])
 
 
+@torch.no_grad()
+def trace_search(
+    model: Transformer, tokenizer: Tokenizer, sentence: str,
+    beam_size: int = DECODING.beam_size, alpha: float = DECODING.alpha,
+) -> BeamTrace:
+    """The beam search of `sentence` (one string), traced; shown in a notebook."""
+    if not isinstance(sentence, str):
+        raise TypeError(f"sentence must be one string; got {type(sentence).__name__}")
+    device = next(model.parameters()).device
+    ids = encode_sources(tokenizer, [sentence], model.config.max_len)
+    src = torch.tensor(ids, device=device)
+    trace = BeamTrace(ids[0], beam_size, alpha, tokenizer.id_to_token)
+    was_training = model.training
+    model.eval()
+    try:
+        beam_search(model, src, beam_size, alpha, trace=trace)
+        greedy = greedy_decode(model, src)[0].tolist()
+        trace.greedy = greedy[: greedy.index(EOS) + 1] if EOS in greedy else greedy
+        cross = f"decoder.{len(model.decoder.layers) - 1}.cross"
+        for step in trace.steps:
+            tgt = torch.tensor([[BOS, *prefix] for prefix in step.prefixes],
+                               device=device)
+            weights = attention_weights(model, src.expand(len(tgt), -1), tgt)[cross]
+            step.attention = weights[:, :, -1].tolist()
+    finally:
+        model.train(was_training)
+    return trace
+
+
 __all__ = [
     'attention_weights',
     'plot_attention',
     'AttentionExplorer',
     'explore',
+    'trace_search',
 ]

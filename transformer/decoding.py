@@ -4,9 +4,13 @@
 
 from __future__ import annotations
 
+import json
+import math
+import uuid
 import warnings
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
+from importlib import resources
 
 import torch
 import torch.nn.functional as F
@@ -266,43 +270,43 @@ def beam_search(
     on_step: Callable[[int, Tensor, Tensor], None] | None = None,
     extra_len: int = DECODING.extra_len,
     static_cache: bool | None = None,
+    trace: BeamTrace | None = None,
 ) -> Hypotheses:
     """Beam search with GNMT's length penalty over src (batch, n), all sentences at
-    once.
-
-    max_len defaults to each sentence's length + extra_len. on_step(t, prefixes
-    (batch, k, t), log-probabilities (batch, k)) sees the beam after every step.
-    static_cache (default: on CUDA): see StaticCacheSteps.
-    """
-    if beam_size < 1 or alpha < 0:
-        raise ValueError(
-            "beam_size must be at least 1 and alpha >= 0 (early stopping relies "
-            f"on it); got beam_size={beam_size}, alpha={alpha}"
-        )
+    once; max_len defaults to each one's length + extra_len. on_step(t, prefixes (batch,
+    k, t), log P (batch, k)) sees the beam after each step; trace (one sentence) records
+    it. static_cache (default: on CUDA): see StaticCacheSteps."""
     batch, k, device = src.size(0), beam_size, src.device
+    if k < 1 or alpha < 0 or (trace is not None and batch != 1):
+        raise ValueError(
+            "beam_size must be at least 1, alpha >= 0 (early stopping relies on it) "
+            f"and a traced src one sentence; got beam_size={k}, alpha={alpha}, "
+            f"src of {batch} sentences{' traced' if trace is not None else ''}")
     limits = _output_limits(model, src, max_len, extra_len)
     longest = int(limits.max())
     memory_mask = padding_mask(src, model.config.pad_id).repeat_interleave(k, 0)
     memory = model.encode(src).repeat_interleave(k, 0)  # (batch * k, n, d_model)
     steps = _decoder_steps(model, memory, memory_mask, longest, use_cache, static_cache)
-    check_every = 1 if on_step is not None else steps.check_every
+    check_every = 1 if (on_step, trace) != (None, None) else steps.check_every
     alive = torch.full((batch * k, 1), BOS, dtype=torch.long, device=device)
     alive_logp = torch.zeros(batch, k, device=device)
     alive_logp[:, 1:] = float("-inf")  # one empty hypothesis, not k copies
     done = Hypotheses.none(batch, k, longest, device)
     complete = torch.zeros(batch, dtype=torch.bool, device=device)
     for t in range(1, longest + 1):
-        top_logp, rows, token, sequences = _extend(
-            alive, alive_logp, next_token_log_probs(steps(alive, t)), longest
-        )
+        logp = next_token_log_probs(steps(alive, t))
+        top_logp, rows, token, sequences = _extend(alive, alive_logp, logp, longest)
         ended = (token == EOS) | (t >= limits)[:, None]
         ended_scores = (top_logp / length_penalty(t, alpha)).masked_fill(
-            ~ended | complete[:, None], float("-inf")
-        )
+            ~ended | complete[:, None], float("-inf"))
         _add_finished(done, sequences, top_logp, ended_scores)
-        alive_logp, keep = top_logp.masked_fill(ended, float("-inf")).topk(k, dim=1)
+        parent_logp, (alive_logp, keep) = alive_logp, top_logp.masked_fill(
+            ended, float("-inf")).topk(k, dim=1)
         best_possible = alive_logp[:, 0] / length_penalty(limits, alpha)
         complete |= (done.scores[:, 0] >= best_possible) | (t >= limits)
+        if trace is not None:
+            trace.add(t, alive[:, 1:], parent_logp[0], logp, top_logp[0], rows[0],
+                      token[0], ended_scores[0], keep[0], best_possible[0])
         if t % check_every == 0 and complete.all():
             break
         survivors = rows.gather(1, keep).flatten()  # the row each new prefix extends
@@ -312,6 +316,8 @@ def beam_search(
             on_step(t, alive[:, 1:].view(batch, k, t), alive_logp)
     used = int((done.tokens != PAD).any(1).any(0).nonzero().max()) + 1
     done.tokens = done.tokens[..., :used]
+    if trace is not None:
+        trace.end(done.tokens[0], done.log_probs[0], done.scores[0])
     return done
 
 
@@ -386,6 +392,119 @@ def translate(
             progress(len(chunk))
     model.train(was_training)
     return outputs
+
+
+def _finite(x: float) -> float | None:
+    """A score for JSON: None for -inf (an empty slot of the beam)."""
+    return float(x) if math.isfinite(x) else None
+
+
+@dataclass
+class Candidate:
+    """One of a step's 2k best extensions: the step's prefix `row` extended by `token`.
+    log_prob: its log P; token_log_prob: the decoder's log P of `token` after the
+    prefix; score: log P / lp(t) where it ended (<eos> or the maximum length), else
+    None; fate: "finished", "kept" (`slot`: its row at the next step) or "pruned"."""
+
+    row: int
+    token: int
+    log_prob: float
+    token_log_prob: float
+    score: float | None
+    fate: str
+    slot: int | None = None
+
+
+@dataclass
+class BeamStep:
+    """Step t: the k prefixes it extended (ids after <bos>; log P None for an empty
+    slot), its candidates best first, the stopping rule's bound (the best log P that
+    continues / lp of the maximum length) and, once recorded, each prefix's
+    encoder-decoder attention as it chose (k, h, n), the last decoder layer's."""
+
+    t: int
+    prefixes: list[list[int]]
+    log_probs: list[float | None]
+    candidates: list[Candidate]
+    bound: float | None
+    attention: list | None = None
+
+
+def _list(values) -> list:
+    """A tensor's or an array's values (or a list's) as a Python list."""
+    return values.tolist() if hasattr(values, "tolist") else list(values)
+
+
+class BeamTrace:
+    """One sentence's beam search, step by step, filled by beam_search(trace=...) or
+    OnnxTranslator.beam: source ids, steps, the search's k best finished hypotheses
+    (ids through <eos>, log P, score) and greedy decoding's ids beside them; token(id)
+    names an id for the view (a tokenizer's id_to_token)."""
+
+    def __init__(self, source: Sequence[int], beam_size: int, alpha: float,
+                 token: Callable[[int], str | None] | None = None):
+        self.source, self.beam_size, self.alpha = _list(source), beam_size, alpha
+        self.token, self.greedy = token, []
+        self.steps: list[BeamStep] = []
+        self.finished: list[tuple[list[int], float, float]] = []
+
+    def add(self, t, prefixes, prefix_log_probs, log_probs, top_log_probs, rows,
+            tokens, scores, keep, bound, attention=None) -> None:
+        """Step t: the k prefixes and their log P, the decoder's log P (k, vocab), the
+        2k best extensions (log P, prefix, token, score or -inf), the kept's indices."""
+        slots = {j: slot for slot, j in enumerate(_list(keep))}
+        candidates = []
+        for j, (lp, row, token, score) in enumerate(zip(*map(_list, (
+                top_log_probs, rows, tokens, scores)))):
+            if math.isfinite(lp):  # -inf: an extension of an empty slot
+                fate = ("finished" if math.isfinite(score) else
+                        "kept" if j in slots else "pruned")
+                candidates.append(Candidate(
+                    row, token, lp, float(log_probs[row][token]), _finite(score), fate,
+                    slots[j] if fate == "kept" else None))
+        self.steps.append(BeamStep(
+            t, [[int(i) for i in _list(p)] for p in prefixes],
+            [_finite(x) for x in _list(prefix_log_probs)], candidates,
+            _finite(float(bound)), None if attention is None else _list(attention)))
+
+    def end(self, tokens, log_probs, scores) -> None:
+        """The search's k best finished hypotheses, best first (<pad> after <eos>)."""
+        hypotheses = zip(*map(_list, (tokens, log_probs, scores)))
+        self.finished = [([int(i) for i in _list(ids) if i != PAD], float(lp),
+                          float(score)) for ids, lp, score in hypotheses
+                         if math.isfinite(score)]
+
+    def to_dict(self) -> dict:
+        """The trace for JSON and for beamsearch.js, which draws it."""
+        ids = {*self.source, *self.greedy, *(i for ids, _, _ in self.finished
+                                            for i in ids)}
+        for step in self.steps:
+            ids.update(c.token for c in step.candidates)
+        name = self.token or (lambda i: None)
+        steps = [asdict(step) for step in self.steps]
+        for step in steps:  # weights to 4 decimals, as the attention explorer's
+            if step["attention"] is not None:
+                step["attention"] = torch.tensor(step["attention"], dtype=torch.float64
+                                                 ).mul(1e4).round().div(1e4).tolist()
+        return {"source": self.source, "beam_size": self.beam_size, "alpha": self.alpha,
+                "steps": steps, "greedy": self.greedy,
+                "finished": [{"ids": ids, "log_prob": lp, "score": score}
+                             for ids, lp, score in self.finished],
+                "tokens": {str(i): name(i) or f"<{i}>" for i in sorted(ids)}}
+
+    def _repr_html_(self) -> str:
+        return script_view("beamsearch.js", "renderBeamSearch", self.to_dict(),
+                           "beam-search")
+
+
+def script_view(script: str, render: str, data: dict, name: str) -> str:
+    """A notebook's HTML output that draws `data` with one of the package's scripts:
+    render(root, data), a function that `script` defines, into a <div> of class name."""
+    code = resources.files("transformer").joinpath(script).read_text()
+    root = f"{name}-{uuid.uuid4().hex}"
+    data_json = json.dumps(data).replace("</", "<\\/")  # no </script> in the data
+    return (f'<div id="{root}" class="{name}"></div>\n<script>\n{code}\n{render}'
+            f'(document.getElementById("{root}"), {data_json});\n</script>')
 
 
 class StaticKeyValueCache(KeyValueCache):
@@ -499,6 +618,10 @@ __all__ = [
     'beam_search',
     'encode_sources',
     'translate',
+    'Candidate',
+    'BeamStep',
+    'BeamTrace',
+    'script_view',
     'StaticKeyValueCache',
     'StaticCacheSteps',
 ]

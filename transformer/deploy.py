@@ -23,6 +23,7 @@ from transformer.attention import KeyValueCache, padding_mask
 from transformer.attention_maps import attention_weights
 from transformer.decoding import (
     DECODING,
+    BeamTrace,
     encode_sources,
     length_penalty,
     next_token_log_probs,
@@ -382,10 +383,10 @@ class OnnxTranslator:
 
     def beam(
         self, src: list[int], beam_size: int = DECODING.beam_size,
-        alpha: float = DECODING.alpha,
+        alpha: float = DECODING.alpha, trace: BeamTrace | None = None,
     ) -> tuple[list[int], np.ndarray]:
         """beam_search's best hypothesis for source ids `src`: its ids without <bos> and
-        <eos>, and its attention weights (steps, h, n)."""
+        <eos>, and its attention weights (steps, h, n); trace records each step."""
         m, k, names = self.meta, beam_size, self.meta["step_inputs"]
         limit = min(len(src) + m["extra_len"], m["max_len"])
         source = np.repeat(np.array([src], dtype=np.int64), k, 0)
@@ -395,7 +396,7 @@ class OnnxTranslator:
                 for d in (m["d_k"], m["d_v"]) * m["n_layers"]]
         alive, history = [[m["bos_id"]]] * k, [[]] * k
         alive_logp = np.array([0.0] + [-np.inf] * (k - 1), np.float32)  # as torch sums
-        rows, done = np.arange(k), []  # done: (score, ids, weights), best first
+        rows, done = np.arange(k), []  # done: (score, ids, weights, log P), best first
         for t in range(1, limit + 1):
             inputs = [np.array([[a[-1]] for a in alive]), source, memory, rows, *past,
                       *cross]
@@ -403,23 +404,44 @@ class OnnxTranslator:
             candidates = (alive_logp[:, None] + log_probs).ravel()
             top = np.argsort(-candidates, kind="stable")[: 2 * k]
             logp, (row, token) = candidates[top], divmod(top, log_probs.shape[1])
-            ended = (token == m["eos_id"]) | (t >= limit)
-            for j in np.flatnonzero(ended & np.isfinite(logp)):
-                done.append((logp[j] / length_penalty(t, alpha),
-                             alive[row[j]][1:] + [token[j]],
-                             history[row[j]] + [attention[row[j]]]))
+            ended = ((token == m["eos_id"]) | (t >= limit)) & np.isfinite(logp)
+            scores = np.where(ended, logp / length_penalty(t, alpha), -np.inf)
+            done += [(scores[j], alive[row[j]][1:] + [token[j]],
+                      history[row[j]] + [attention[row[j]]], logp[j])
+                     for j in np.flatnonzero(ended)]
             done = sorted(done, key=lambda d: -d[0])[:k]  # stable: the earlier on ties
-            logp = np.where(ended, -np.inf, logp)
-            keep = np.argsort(-logp, kind="stable")[:k]
-            alive_logp = logp[keep]
-            best = done[0][0] if done else -np.inf
-            if t >= limit or best >= alive_logp[0] / length_penalty(limit, alpha):
+            going = np.where(ended, -np.inf, logp)
+            keep = np.argsort(-going, kind="stable")[:k]
+            bound = going[keep[0]] / length_penalty(limit, alpha)
+            if trace is not None:
+                trace.add(t, [a[1:] for a in alive], alive_logp, log_probs, logp, row,
+                          token, scores, keep, bound, attention)
+            alive_logp = going[keep]
+            if t >= limit or (done[0][0] if done else -np.inf) >= bound:
                 break
             rows = row[keep]
             alive = [alive[r] + [token[j]] for r, j in zip(rows, keep)]
             history = [history[r] + [attention[r]] for r in rows]
+        if trace is not None:
+            trace.end([d[1] for d in done], [d[3] for d in done], [d[0] for d in done])
         ids, weights = [int(i) for i in done[0][1]], np.stack(done[0][2])
         return (ids[:-1] if ids[-1] == m["eos_id"] else ids), weights
+
+    def trace(
+        self, sentence: str, beam_size: int = DECODING.beam_size,
+        alpha: float = DECODING.alpha,
+    ) -> BeamTrace:
+        """beam's trace of `sentence` (one string), greedy's output beside it."""
+        if not isinstance(sentence, str):
+            raise TypeError(
+                f"sentence must be one string; got {type(sentence).__name__}")
+        src = encode_sources(self.tokenizer, [sentence], self.meta["max_len"])[0]
+        trace = BeamTrace(src, beam_size, alpha, self.tokenizer.id_to_token)
+        self.beam(src, beam_size, alpha, trace)
+        greedy = self.greedy(src)[0]  # without its <eos>, unless cut at the limit
+        limit = min(len(src) + self.meta["extra_len"], self.meta["max_len"])
+        trace.greedy = greedy + [self.meta["eos_id"]] * (len(greedy) < limit)
+        return trace
 
     def attention_maps(
         self, src: list[int], output: list[int]

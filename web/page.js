@@ -1,9 +1,11 @@
 // The translator's controls in the page: a model (the book's, or one the reader exports and
 // chooses from disk), a sentence, greedy or beam search; the translation, its time, the
 // beam's finished hypotheses, the encoder-decoder attention map of the output and, for a
-// model exported with maps.onnx, the explorer of every head (explorer.js, the package's).
+// model exported with maps.onnx, the explorer of every head (explorer.js, the package's);
+// and, asked for, the beam search of the sentence step by step (beamsearch.js).
 import { Translator } from "./translate.js";
 import "./explorer.js"; // defines window.renderAttentionExplorer
+import "./beamsearch.js"; // defines window.renderBeamSearch
 
 // matplotlib's "Blues", which the book's attention maps use (0 white, 1 dark blue)
 const BLUES = ["#f7fbff", "#deebf7", "#c6dbef", "#9ecae1", "#6baed6", "#4292c6", "#2171b5",
@@ -110,7 +112,7 @@ export async function mount(root) {
       translator = await promise;
       const m = translator.meta;
       status.textContent = `${about}: ${m.n_layers} layers, ${m.n_heads} heads, ${m.vocab_size.toLocaleString("en")} tokens, loaded in ${Math.round(performance.now() - started)} ms` +
-        (m.lowercase ? "; it was trained on lowercased text, so the input is lowercased" : "");
+        (m.lowercase ? "; it was trained on lowercased text, so it reads your sentence lowercased and writes lowercase" : "");
       examples.replaceChildren(...(m.about.examples ?? []).flatMap((text) => {
         const button = element("button", { type: "button", class: "translator-example" }, text);
         button.addEventListener("click", () => { input.value = text; run(); });
@@ -148,6 +150,28 @@ export async function mount(root) {
       "This model's folder has no maps.onnx: export it again (python -m transformer export) to explore every head.");
   }
 
+  // the beam search of the sentence, step by step, once the reader asks for it
+  function searchOf(text) {
+    const ask = element("button", { type: "button", class: "translator-search" },
+      "Show the beam search, step by step");
+    ask.addEventListener("click", async () => {
+      ask.disabled = true;
+      try {
+        const { trace, ms } = await translator.trace(text, 4);
+        const root = element("div", { class: "beam-search" });
+        ask.parentElement.replaceWith(element("figure", { style: "margin: 1em 0 0" },
+          element("figcaption", {}, `The beam search (k = 4) of this sentence, traced in ${ms.toFixed(0)} ms: ` +
+            "a column per step with its 2k best candidates, best first, and their log P; filled, " +
+            "the winner's path; outlined in green with a ✓, finished (with its score log P / lp); " +
+            "dashed and faded, pruned. Click a step for its candidates and its attention."), root));
+        window.renderBeamSearch(root, trace);
+      } catch (error) {
+        ask.replaceWith(`could not trace the search: ${error.message}`);
+      }
+    });
+    return element("p", {}, ask);
+  }
+
   async function run() {
     if (!translator) return;
     go.disabled = true;
@@ -158,9 +182,15 @@ export async function mount(root) {
         element("p", { class: "translator-time" }, `${beam === 1 ? "greedy" : `beam ${beam}`}, ${result.ms.toFixed(0)} ms`)];
       if (result.finished) {
         parts.push(element("ol", { class: "translator-beam" }, ...result.finished.map((f) =>
-          element("li", {}, `${f.text} (log P / lp = ${f.score.toFixed(3)})`))));
+          element("li", {}, `${f.text} (log P / lp = ${f.score.toFixed(3)})`))),
+        element("p", { class: "translator-beam-note", style: "font-size: 0.9em" },
+          "The finished hypotheses, best first, scored by log P / lp: log P is the sum of the " +
+          "tokens' log-probabilities, lp = ((5 + length) / 6)^0.6 the length penalty. The search " +
+          "stops as soon as no prefix still growing can beat the best finished score, so fewer " +
+          `than ${beam} may have finished.`));
       }
-      parts.push(attentionMap(result, translator.meta.n_heads), await explorerOf(result));
+      parts.push(searchOf(input.value), attentionMap(result, translator.meta.n_heads),
+        await explorerOf(result));
       output.replaceChildren(...parts);
       output.dataset.translation = result.text;
     } catch (error) {
@@ -174,10 +204,12 @@ export async function mount(root) {
   input.addEventListener("keydown", (event) => { if (event.key === "Enter") run(); });
   choose.addEventListener("change", () => {
     files.hidden = choose.value !== "";
-    if (choose.value) load(Translator.fromUrl(new URL(`${choose.value}/`, base)), choose.selectedOptions[0].text);
+    const entry = index.models.find((m) => m.folder === choose.value);
+    if (entry) load(Translator.fromUrl(new URL(`${entry.folder}/`, base)), entry.about ?? entry.label);
   });
   files.addEventListener("change", () => load(Translator.fromFiles(files.files), "your model"));
-  if (index.models.length) await load(Translator.fromUrl(new URL(`${index.models[0].folder}/`, base)), index.models[0].label);
+  const first = index.models[0];
+  if (first) await load(Translator.fromUrl(new URL(`${first.folder}/`, base)), first.about ?? first.label);
   root.dataset.ready = "true";
 }
 

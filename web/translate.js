@@ -51,6 +51,48 @@ function largest(values, n) {
 
 const descending = (x, y) => (y > x) - (y < x); // -Infinity ties stay in order
 
+// decoding.BeamTrace: what a traced search did at each step, recorded from its own values
+// (-Infinity as null, as Python's JSON); toDict() is BeamTrace.to_dict()
+const finite = (x) => (x === -Infinity ? null : x);
+
+class BeamTrace {
+  constructor(source, k, alpha, tokenizer) {
+    Object.assign(this, { source, k, alpha, tokenizer, steps: [], finished: [], greedy: [] });
+  }
+
+  add(t, prefixes, prefixLogp, logProbs, logp, from, token, scores, keep, bound, attention) {
+    const vocab = logProbs.dims[1], [rows, h, n] = attention.dims;
+    const candidates = [];
+    logp.forEach((v, j) => {
+      if (v === -Infinity) return; // an extension of an empty slot
+      const slot = keep.indexOf(j);
+      const fate = scores[j] !== -Infinity ? "finished" : slot >= 0 ? "kept" : "pruned";
+      candidates.push({ row: from[j], token: token[j], log_prob: v,
+        token_log_prob: logProbs.data[from[j] * vocab + token[j]], score: finite(scores[j]),
+        fate, slot: fate === "kept" ? slot : null });
+    });
+    const weights = Array.from({ length: rows }, (_, r) => Array.from({ length: h }, (_, i) =>
+      Array.from(attention.data.subarray((r * h + i) * n, (r * h + i + 1) * n))));
+    this.steps.push({ t, prefixes, log_probs: Array.from(prefixLogp, finite), candidates,
+      bound: finite(bound), attention: weights });
+  }
+
+  end(done) {
+    this.finished = done.map((d) => ({ ids: d.ids, log_prob: d.logp, score: d.score }));
+  }
+
+  toDict() {
+    const ids = new Set([...this.source, ...this.greedy, ...this.finished.flatMap((f) => f.ids),
+      ...this.steps.flatMap((s) => s.candidates.map((c) => c.token))]);
+    const round = (w) => Math.round(w * 1e4) / 1e4; // as the attention explorer's
+    const steps = this.steps.map((s) => ({ ...s, attention: s.attention.map((r) =>
+      r.map((head) => head.map(round))) }));
+    return { source: this.source, beam_size: this.k, alpha: this.alpha, steps,
+      greedy: this.greedy, finished: this.finished, tokens: Object.fromEntries([...ids]
+        .sort((a, b) => a - b).map((id) => [String(id), this.tokenizer.id_to_token(id) ?? `<${id}>`])) };
+  }
+}
+
 export class Translator {
   constructor(meta, tokenizer, encoder, step, read) {
     Object.assign(this, { meta, tokenizer, encoder, step, read, maps: undefined });
@@ -164,8 +206,9 @@ export class Translator {
     return { ids: tokens.slice(1), weights, finished: null };
   }
 
-  async beam(src, k = 4, alpha = 0.6) {
-    // OnnxTranslator.beam: the best hypothesis as greedy's, and the k finished ones
+  async beam(src, k = 4, alpha = 0.6, trace = null) {
+    // OnnxTranslator.beam: the best hypothesis as greedy's, and the k finished ones;
+    // trace (a BeamTrace) records each step
     const m = this.meta, limit = this.limit(src), state = await this.start(src, k);
     let alive = Array(k).fill([m.bos_id]), history = Array(k).fill([]);
     let aliveLogp = Float32Array.from({ length: k }, (_, i) => (i ? -Infinity : 0));
@@ -180,26 +223,42 @@ export class Translator {
       const top = largest(candidates, Math.min(2 * k, candidates.length));
       const logp = top.map((i) => candidates[i]);
       const from = top.map((i) => Math.floor(i / vocab)), token = top.map((i) => i % vocab);
-      const ended = token.map((id) => id === m.eos_id || t >= limit);
+      const ended = token.map((id, j) => (id === m.eos_id || t >= limit) && logp[j] !== -Infinity);
       const penalty = f32(lengthPenalty(t, alpha));
+      const scores = logp.map((v, j) => (ended[j] ? f32(v / penalty) : -Infinity));
       top.forEach((_, j) => {
-        if (!ended[j] || logp[j] === -Infinity) return;
-        done.push({ score: f32(logp[j] / penalty), ids: [...alive[from[j]].slice(1), token[j]],
+        if (!ended[j]) return;
+        done.push({ score: scores[j], logp: logp[j], ids: [...alive[from[j]].slice(1), token[j]],
           weights: [...history[from[j]], row(attention, from[j])] });
       });
       done = done.sort((a, b) => descending(a.score, b.score)).slice(0, k); // stable
       const open = logp.map((v, j) => (ended[j] ? -Infinity : v));
       const keep = [...open.keys()].sort((a, b) => descending(open[a], open[b])).slice(0, k);
+      const bound = f32(open[keep[0]] / f32(lengthPenalty(limit, alpha)));
+      trace?.add(t, alive.map((a) => a.slice(1)), aliveLogp, logProbs, logp, from, token, scores,
+        keep, bound, attention);
       aliveLogp = Float32Array.from(keep, (j) => open[j]);
       const best = done.length ? done[0].score : -Infinity;
-      if (t >= limit || best >= f32(aliveLogp[0] / f32(lengthPenalty(limit, alpha)))) break;
+      if (t >= limit || best >= bound) break;
       rows = keep.map((j) => from[j]);
       alive = keep.map((j) => [...alive[from[j]], token[j]]);
       history = rows.map((r) => [...history[r], row(attention, r)]);
     }
+    trace?.end(done);
     const strip = (ids) => (ids.at(-1) === m.eos_id ? ids.slice(0, -1) : ids);
     const finished = done.map((d) => ({ ids: strip(d.ids), score: d.score }));
     return { ids: finished[0].ids, weights: done[0].weights, finished };
+  }
+
+  async trace(text, k = 4, alpha = 0.6) {
+    // OnnxTranslator.trace: the beam search of one sentence step by step, greedy's output
+    // beside it, as BeamTrace.to_dict() (what beamsearch.js draws); and the time
+    const started = performance.now();
+    const src = this.encode(text), trace = new BeamTrace(src, k, alpha, this.tokenizer);
+    await this.beam(src, k, alpha, trace);
+    const greedy = (await this.greedy(src)).ids;
+    trace.greedy = greedy.length < this.limit(src) ? [...greedy, this.meta.eos_id] : greedy;
+    return { trace: trace.toDict(), ms: performance.now() - started };
   }
 
   async attentionMaps(src, output) {
