@@ -146,7 +146,8 @@ def test_page_in_a_browser(site, page_path):
 
 @pytest.mark.parametrize("page_path", toc_pages())
 def test_page_layout(site, page_path):
-    """What the reader sees at 1280x720: everything fits the column, and one search box."""
+    """What the reader sees at 1280x720: everything fits the column, tables are readable,
+    and one search box."""
     browser, base = site
     page = browser.new_page(viewport={"width": 1280, "height": 720})
     page.goto(base + page_path, wait_until="load")
@@ -163,6 +164,21 @@ def test_page_layout(site, page_path):
             .map(e => e.tagName.toLowerCase() + ': ' + (e.innerText || e.src || '').slice(0, 70));
     }""")
     assert not too_wide, f"wider than the column: {too_wide}"
+
+    # tables a reader can read: cells padded (figures side by side do not run together),
+    # columns named in words, not a record's keys (val_bleu)
+    cramped, keys = page.evaluate("""() => {
+        const cells = [...document.querySelectorAll('main article table')]
+            .filter(t => t.offsetParent !== null).flatMap(t => [...t.querySelectorAll('td, th')])
+            .filter(c => c.innerText.trim());
+        const pad = (c) => Math.min(...['padding-left', 'padding-right'].map(
+            (side) => parseFloat(getComputedStyle(c).getPropertyValue(side))));
+        return [cells.filter(c => pad(c) < 4).map(c => c.innerText.slice(0, 30) + ` (${pad(c)} px)`),
+                cells.filter(c => c.tagName === 'TH' && /^[a-z]+(_[a-z]+)+$/.test(c.innerText.trim()))
+                    .map(c => c.innerText.trim())];
+    }""")
+    assert not cramped, f"table cells padded under 4 px: {cramped[:5]}"
+    assert not keys, f"columns named by a record's keys: {keys}"
 
     # every image says what it shows: no missing alt text, and no file name in its place
     unsaid = page.evaluate("""() => [...document.querySelectorAll('main img')]

@@ -248,11 +248,11 @@ def made_at_a_commit(name: str) -> bool:
     return bool((record.get("git") or {}).get("commit") or record.get("cloned_commit"))
 
 
-def unmarked_history(text: str) -> list[tuple[int, str]]:
-    """(line, record) for each record without a commit that the document reads or names
-    (a glob: each record it matches) outside a passage marked history: a section whose
-    headings say "history" or that opens a line with "*History", or a paragraph that
-    says "history" itself."""
+def unmarked_history(text: str, fine=made_at_a_commit) -> list[tuple[int, str]]:
+    """(line, record) for each record without a commit (not `fine`) that the document
+    reads or names (a glob: each record it matches) outside a passage marked history: a
+    section whose headings say "history" or that opens a line with "*History", or a
+    paragraph that says "history" itself."""
     lines, fence, heading_at = text.splitlines(), None, {}
     for i, line in enumerate(lines):  # the headings, not a comment in a code cell
         if fence is None and (opening := re.match(r"(`{3,}|~{3,})", line)):
@@ -275,7 +275,7 @@ def unmarked_history(text: str) -> list[tuple[int, str]]:
                   or "history" in " ".join(lines[first:last]).lower())
         names = {r.name for n in RECORD.findall(line) for r in RESULTS.glob(n)}
         found += [(i + 1, n) for n in sorted(names)
-                  if not marked and not made_at_a_commit(n)]
+                  if not marked and not fine(n)]
     return found
 
 
@@ -300,6 +300,43 @@ def test_every_record_shown_without_a_commit_is_marked_history():
     unmarked = [f"{path.name}:{line}: {name}" for path in documents()
                 for line, name in unmarked_history(path.read_text())]
     assert not unmarked, f"records without a commit, not marked history: {unmarked}"
+
+
+@functools.cache
+def holds_its_decisions(name: str) -> bool:
+    """Whether a record of training runs holds what each run decided: its plan (the run's
+    plan.json, copied by cli_runs.py from issue 95 on), or, for a run from before plans,
+    a `lacks` entry that says the record holds no plan. A record of no training run holds
+    none to hold."""
+    record = json.loads((RESULTS / name).read_text())
+    runs = [run for run in (record.get("seeds") or {}).values()
+            if isinstance(run, dict) and "train" in run]
+    said = any("holds no plan" in str(entry) for entry in record.get("lacks") or [])
+    return all("plan" in run for run in runs) or said
+
+
+def test_a_record_shown_as_current_without_the_runs_decisions_is_caught(monkeypatch):
+    shown = "# Results\n\nThe ten minutes (`multi30k_en_de_10min_cli_zen4_plain.json`).\n"
+    monkeypatch.setattr(sys.modules[__name__], "RESULTS", ROOT / "benchmarks" / "results")
+    holds_its_decisions.cache_clear()
+    record = json.loads((RESULTS / "multi30k_en_de_10min_cli_zen4_plain.json").read_text())
+    without = {**record, "lacks": [e for e in record.get("lacks") or []
+                                   if "holds no plan" not in str(e)]}
+    monkeypatch.setattr(json, "loads", lambda text, **kw: without)
+    try:
+        assert unmarked_history(shown, holds_its_decisions) == [
+            (3, "multi30k_en_de_10min_cli_zen4_plain.json")]
+    finally:
+        holds_its_decisions.cache_clear()
+
+
+def test_every_training_record_shown_as_current_holds_the_runs_decisions():
+    """Issue 99: a record of training runs shown as current holds what each run decided
+    (precision, batch, P_drop, schedule, projected updates: the run's plan), or says in its
+    `lacks` that it predates plans; older ones stay in passages marked history."""
+    unmarked = [f"{path.name}:{line}: {name}" for path in documents()
+                for line, name in unmarked_history(path.read_text(), holds_its_decisions)]
+    assert not unmarked, f"training records without the runs' decisions: {unmarked}"
 
 
 HOW_MADE = re.compile(r"\b(rebuilt|transcribed|re-scored)\b", re.I)

@@ -90,3 +90,21 @@ def test_the_readme_real_text_example_runs_as_pasted(tmp_path):
     assert ", test, beam 4: BLEU" in outputs[1] and "case:mixed" in outputs[1], outputs[1]
     run = tmp_path / "runs" / "m30k"
     assert (run / "checkpoint-00000005.pt").is_file() and (run / "checkpoint_average.pt").is_file()
+
+
+def test_the_results_open_with_three_lines_for_a_reader_and_no_table_is_wide():
+    """Issue 101: the README's results open with what the ten-minute command gives on a CPU
+    with native bf16, on one without, and the GPU recipe on one GPU, each line from its
+    record; the ledger of every CPU lives in the results chapter, so no README table has
+    more than 5 columns."""
+    text = (ROOT / "README.md").read_text()
+    results = text.split("\n## Results\n", 1)[1].split("\n## ", 1)[0]
+    first = re.search(r"<!-- record: (\w[\w-]*) -->\n(.*?)<!-- /record -->", results, re.S)
+    assert first[1] == "reader"
+    lines = [line for line in first[2].splitlines() if line.startswith("- **")]
+    assert [line.split("**")[1] for line in lines] == [
+        "A 2-core CPU with native bf16:", "A 2-core CPU without it", "One GPU:"]
+    assert all(re.search(r"`multi30k_en_de_\w+\.json`, commit [0-9a-f]{7}", line) for line in lines)
+    assert "precision" in first[2] and "`train` prints its plan" in first[2]
+    columns = [line.count("|") - 1 for line in text.splitlines() if line.startswith("|")]
+    assert max(columns) <= 5, f"a README table of {max(columns)} columns"
