@@ -9,6 +9,7 @@ import re
 import shutil
 import subprocess
 import sys
+import tomllib
 from pathlib import Path
 
 import pytest
@@ -380,3 +381,19 @@ def test_the_units_make_test_starts_first_exist():
         path = Path(unit)
         exists = (ROOT / "book" / f"{path.stem}.md") if path.suffix == ".ipynb" else ROOT / path
         assert exists.is_file(), unit
+
+
+def test_binder_installs_the_cpu_torch_the_pins_and_the_package():
+    """Binder (repo2docker) reads binder/ on the notebooks branch: the pinned requirements
+    with the CPU build of torch, then postBuild installs the package, so that a chapter's
+    `import transformer` works there; Python as pyproject.toml asks."""
+    binder = ROOT / "binder"
+    lines = [line.split("#")[0].strip() for line in (binder / "requirements.txt").read_text().splitlines()]
+    assert "--extra-index-url https://download.pytorch.org/whl/cpu" in lines
+    assert "-r ../requirements.txt" in lines and (binder / "../requirements.txt").resolve().is_file()
+    post = binder / "postBuild"
+    assert post.stat().st_mode & 0o111, "repo2docker runs postBuild only when it is executable"
+    assert "python -m pip install --no-deps -e ." in post.read_text()
+    runtime = (binder / "runtime.txt").read_text().strip()
+    requires = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["requires-python"]
+    assert runtime == f"python-{requires.removeprefix('>=')}"

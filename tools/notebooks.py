@@ -24,6 +24,9 @@ ROOT = Path(__file__).resolve().parent.parent
 
 COLAB_CELL = '''# On Google Colab, clone the book's repository and install its package first (elsewhere
 # both are there already); the chapters then run in its book/ folder, as they do locally.
+# Every chapter runs on Colab's default runtime, a CPU: none needs a GPU. To train on one
+# (the package finds it by itself), choose Runtime > Change runtime type > T4 GPU before
+# running this cell; a T4 trains in fp16 (the devices chapter says why).
 import os
 import subprocess
 import sys
