@@ -9,7 +9,8 @@
 (function () {
   const SVG = "http://www.w3.org/2000/svg";
   const COLOUR = "#2171b5"; // matplotlib's Blues at 0.7: seen on light and dark pages
-  const CELL = 18, LABEL = 7; // px per heat-map cell; px per character of a label
+  const CELL = 22, LABEL = 7.5, FONT = 12; // px: a heat-map cell, a label's character, its font
+  const WIDEST = 400; // px: the main view is drawn at least this wide, labels scaled with it
 
   function node(name, attrs, parent, ns = SVG) {
     const e = ns ? document.createElementNS(ns, name) : document.createElement(name);
@@ -27,7 +28,7 @@
   }
 
   function text(svg, x, y, label, attrs = {}) {
-    const t = node("text", { x, y, fill: "currentColor", "font-size": 11, ...attrs }, svg);
+    const t = node("text", { x, y, fill: "currentColor", "font-size": FONT, ...attrs }, svg);
     t.textContent = label;
     return t;
   }
@@ -37,8 +38,9 @@
     const left = state ? Math.max(...kind.queries.map((t) => t.length)) * LABEL + 6 : 0;
     const top = state ? Math.max(...kind.keys.map((t) => t.length)) * LABEL + 6 : 0;
     const width = left + cell * kind.keys.length, height = top + cell * kind.queries.length;
-    const svg = node("svg", { width, height, viewBox: `0 0 ${width} ${height}`,
-                              role: "img", class: "explorer-heat" });
+    const scale = state ? Math.max(1, WIDEST / width) : 1; // a short sentence's map, scaled up
+    const svg = node("svg", { width: Math.round(width * scale), height: Math.round(height * scale),
+                              viewBox: `0 0 ${width} ${height}`, role: "img", class: "explorer-heat" });
     w.forEach((row, q) => row.forEach((weight, k) => {
       const dim = state && state.hover !== null && state.hover !== q;
       node("rect", { x: left + k * cell, y: top + q * cell, width: cell, height: cell,
@@ -62,7 +64,7 @@
   // the paper's drawing: queries in the left column, keys in the right, one line each
   function lineView(w, kind, state) {
     const widest = (tokens) => Math.max(...tokens.map((t) => t.length)) * LABEL;
-    const left = widest(kind.queries) + 8, gap = 160, row = 20;
+    const left = widest(kind.queries) + 8, gap = 200, row = 24;
     const width = left + gap + widest(kind.keys) + 8;
     const height = row * Math.max(kind.queries.length, kind.keys.length) + 4;
     const svg = node("svg", { width, height, viewBox: `0 0 ${width} ${height}`,
@@ -126,8 +128,8 @@
       range(data.heads).forEach((head) => {
         const figure = node("div", { "data-head": head, style: "cursor: pointer; " +
           `outline: ${head === state.head ? "2px solid " + COLOUR : "none"}` }, small, null);
-        figure.appendChild(heatMap(weightsOf(kind, state.layer, head), kind, null, 5));
-        node("div", { style: "font-size: 11px; text-align: center" }, figure, null)
+        figure.appendChild(heatMap(weightsOf(kind, state.layer, head), kind, null, 7));
+        node("div", { style: "font-size: 12px; text-align: center" }, figure, null)
           .textContent = `head ${head + 1}`;
         figure.addEventListener("click", () => state.set({ head }));
       });
