@@ -8,7 +8,8 @@ page's code and the model, each file's bytes and gzip -6 bytes, as a static host
 them), the time until the model is loaded, and each sentence's translation time, greedy and
 beam 4, over repeats (min / median / max, after one warm-up translation); then, through the
 page's controls as a reader uses them, the time from a click on Translate until the
-translation and the explorer of every head are drawn.
+translation and the explorer of every head are drawn, and from a click on "Show the beam
+search" until the search is traced and drawn.
 
     make book
     python benchmarks/page_translate.py --model numbers \\
@@ -134,7 +135,7 @@ def through_controls(page, model: str, sentences: list[str], repeats: int) -> di
         const started = performance.now();
         output.querySelector(".translator-explore").click();
         const open_ms = (await done) - started;
-        const runs = {};
+        const runs = {}, search = sentences.map(() => []);
         for (const k of ["1", "4"]) {
             decoding.value = k;
             runs[k] = sentences.map(() => []);
@@ -145,10 +146,16 @@ def through_controls(page, model: str, sentences: list[str], repeats: int) -> di
                     go.click();
                     const ended = await done;
                     if (r >= 0) runs[k][i].push(ended - started);
+                    if (k !== "4") continue;
+                    // then the beam search of the sentence, traced and drawn
+                    const shown = drawn(".beam-tree"), clicked = performance.now();
+                    output.querySelector(".translator-search").click();
+                    const drawnAt = await shown;
+                    if (r >= 0) search[i].push(drawnAt - clicked);
                 }
             }
         }
-        return { open_ms, runs };
+        return { open_ms, runs, search };
     }""", [sentences, repeats])
 
 
@@ -194,7 +201,8 @@ def main() -> None:
                         for where, runs in [("page", page), ("python", python)]
                         for k in (1, 4)},
                      **{f"page click to explorer {'greedy' if k == 1 else 'beam 4'} ms":
-                        spread(page["clicks"]["runs"][str(k)][i]) for k in (1, 4)}})
+                        spread(page["clicks"]["runs"][str(k)][i]) for k in (1, 4)},
+                     "page click to beam search drawn ms": spread(page["clicks"]["search"][i])})
     visit, explorer = page["files"], page["explorer_files"]
     write_report(args.out, {
         "model": args.model, "repeats": args.repeats,

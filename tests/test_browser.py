@@ -492,9 +492,8 @@ def _same_trace(page_trace: dict, python_trace: dict) -> None:
 def test_the_pages_beam_search_traces_as_pythons_and_is_drawn_in_the_column(site):
     """The page's traced search (translate.js's Translator.trace) equals Python's
     (OnnxTranslator.trace) on 21 sentences of both models of the menu; and through the
-    controls, a 20-word sentence's search is drawn, within the column, in under a second
-    from the click, with the winner's path filled step by step, and a step's candidates
-    listed when it is clicked."""
+    controls, a 20-word sentence's search is drawn within the column, with the winner's
+    path filled step by step, and a step's candidates listed when it is clicked."""
     if not (MODELS / "numbers" / "model.json").is_file():
         pytest.skip("the book was built without npm: no in-page translator (make book)")
     from transformer import OnnxTranslator
@@ -532,16 +531,8 @@ def test_the_pages_beam_search_traces_as_pythons_and_is_drawn_in_the_column(site
     page.fill("#translator input[type=text]", sentence)
     page.click("#translator button:text('Translate')")
     page.wait_for_function("() => document.querySelector('.translator-output').dataset.translation")
-    ms = page.evaluate("""() => new Promise((resolve) => {
-        const start = performance.now();
-        new MutationObserver((_, observer) => {
-            if (document.querySelector('.beam-search svg.beam-tree')) {
-                observer.disconnect(); resolve(performance.now() - start);
-            }
-        }).observe(document.querySelector('#translator'), { childList: true, subtree: true });
-        document.querySelector('.translator-search').click();
-    })""")
-    assert ms < 1000, f"the search was drawn {ms:.0f} ms after the click"
+    page.click(".translator-search")  # its time: benchmarks/page_translate.py
+    page.wait_for_selector(".beam-search svg.beam-tree")
     python = OnnxTranslator(MODELS / "multi30k-en-de").trace(sentence)
     winner = python.finished[0][0]
     assert page.locator(".beam-candidate[data-on-path=true]").count() == len(winner)
