@@ -74,11 +74,14 @@ def slower_setup() -> str:
     runs = {run["command"]: run for run in record["runs"]}
     train = (f" and `make train` {_minutes(runs['make train']['seconds'])}"
              if "make train" in runs else "")
+    commits = [record["cloned_commit"][:7], _record("fresh_clone.json")["cloned_commit"][:7]]
+    differ = (f", a different commit from the line before ({commits[1]}): the two compare "
+              "machines and code together" if commits[0] != commits[1] else "")
     return (
         f" On an {record['machine']}, `make test` took "
         f"{_minutes(runs['make test']['seconds'])}, `make book` "
         f"{_minutes(runs['make book']['seconds'])}{train} (`benchmarks/results/{name}`, "
-        f"commit {record['cloned_commit'][:7]})."
+        f"commit {commits[0]}{differ})."
     )
 
 

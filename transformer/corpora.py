@@ -77,8 +77,23 @@ def number_split(
     numbers = list(range(max_number))
     random.Random(seed).shuffle(numbers)
     start, stop = bounds[split]
-    return [(num2words(n, lang="en"), num2words(n, lang="de"))
+    forms = random.Random(f"{seed} forms")  # the train split's forms, by the seed
+    return [(forms.choice(english_forms(num2words(n, lang="en"))) if split == "train"
+             else num2words(n, lang="en"), num2words(n, lang="de"))
             for n in numbers[start:stop]]
+
+
+def english_forms(words: str) -> list[str]:
+    """The ways readers write the English number `words`, num2words' form first: with
+    and without the comma before its last part, with and without "and" after its
+    hundreds or thousands."""
+    forms = []
+    for comma, conjunction in ((1, 1), (0, 1), (1, 0), (0, 0)):
+        form = words if comma else words.replace(",", "")
+        form = form if conjunction else form.replace(" and ", " ")
+        if form not in forms:
+            forms.append(form)
+    return forms
 
 
 @contextlib.contextmanager
@@ -341,6 +356,7 @@ __all__ = [
     'ParallelCorpus',
     'number_corpus',
     'number_split',
+    'english_forms',
     'parallel_files',
     'read_pair_chunks',
     'read_parallel_files',

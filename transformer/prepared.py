@@ -70,7 +70,7 @@ def corpus_splits(
         version = importlib.metadata.version("num2words")
         return {
             split: (
-                _sha256("numbers", version, split),
+                _sha256("numbers, in the forms readers write", version, split),
                 lambda split=split: _in_chunks(generate(split))(),
             )
             for split in ("train", "val", "test")
