@@ -471,6 +471,8 @@ def _same_trace(page_trace: dict, python_trace: dict) -> None:
     for key in ("source", "beam_size", "alpha", "greedy", "tokens"):
         assert page_trace[key] == python_trace[key], key
     assert [f["ids"] for f in page_trace["finished"]] == [f["ids"] for f in python_trace["finished"]]
+    assert page_trace["greedy_score"] == pytest.approx(
+        python_trace["greedy_score"], abs=len(page_trace["greedy"]) * delta)
     assert len(page_trace["steps"]) == len(python_trace["steps"])
     for ours, theirs in zip(page_trace["steps"], python_trace["steps"]):
         t = ours["t"]

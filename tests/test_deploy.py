@@ -358,6 +358,7 @@ def test_the_numpy_search_traces_as_the_torch_search_does(exported):
         ours, torchs = (translator.trace(sentence, 3).to_dict(),
                         trace_search(model, tokenizer, sentence, 3).to_dict())
         assert ours["greedy"] == torchs["greedy"] and ours["tokens"] == torchs["tokens"]
+        assert ours["greedy_score"] == pytest.approx(torchs["greedy_score"], abs=1e-4)
         assert [f["ids"] for f in ours["finished"]] == [f["ids"] for f in torchs["finished"]]
         assert len(ours["steps"]) == len(torchs["steps"])
         for a, b in zip(ours["steps"], torchs["steps"]):

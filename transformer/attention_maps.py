@@ -7,6 +7,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 import torch
+import torch.nn.functional as F
 from tokenizers import Tokenizer
 from torch import Tensor
 
@@ -16,6 +17,8 @@ from transformer.decoding import (
     beam_search,
     encode_sources,
     greedy_decode,
+    length_penalty,
+    next_token_log_probs,
     script_view,
 )
 from transformer.model import Transformer
@@ -174,6 +177,11 @@ def trace_search(
         beam_search(model, src, beam_size, alpha, trace=trace)
         greedy = greedy_decode(model, src)[0].tolist()
         trace.greedy = greedy[: greedy.index(EOS) + 1] if EOS in greedy else greedy
+        out = torch.tensor([trace.greedy], device=device)
+        reads = F.pad(out[:, :-1], (1, 0), value=BOS)  # greedy's output, shifted
+        log_p = next_token_log_probs(model(src, reads)[0])
+        trace.greedy_score = float(log_p.gather(1, out.T).sum()
+                                   / length_penalty(len(trace.greedy), alpha))
         cross = f"decoder.{len(model.decoder.layers) - 1}.cross"
         for step in trace.steps:
             tgt = torch.tensor([[BOS, *prefix] for prefix in step.prefixes],

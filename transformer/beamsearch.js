@@ -51,7 +51,8 @@
         class: "beam-tree", "aria-label": `beam search, ${data.steps.length} steps` });
       const y = (i) => TOP + i * (BOX + GAP);
       const at = [new Map([[0, y(0)]])]; // each step's slot -> y of the box it came from
-      text(svg, 8 + 22, TOP - 28, "greedy", { "text-anchor": "middle", "font-size": 11 });
+      text(svg, 8 + 22, TOP - 28, "greedy:", { "text-anchor": "middle", "font-size": 11,
+        "font-style": "italic" });
       node("rect", { x: 8, y: y(0), width: 44, height: BOX, rx: 4, fill: "none",
         stroke: "currentColor", "stroke-opacity": 0.5 }, svg);
       text(svg, 30, y(0) + 22, "<bos>", { "text-anchor": "middle", "font-size": 11 });
@@ -169,18 +170,31 @@
         ? `it stopped at step ${last.t}, when no prefix still growing could beat that score (the best of them at most ${signed(last.bound)})`
         : `it stopped at step ${last.t}, the maximum length`;
       p.append(`Beam search (k = ${data.beam_size}, α = ${data.alpha}) chose “${sentence(winner)}”, score ${signed(best?.score ?? null)} (log P / lp, lp the length penalty); ${stop}. `);
-      p.append(parts < 0 ? "Greedy decoding chose the same." : `Greedy decoding chose “${sentence(data.greedy)}”. They part at step ${parts + 1}: greedy took “${word(data.greedy[parts])}”, the most probable next token after their common prefix; the beam kept other prefixes too, and the one that won took “${parts < winner.length ? word(winner[parts]) : "nothing more"}”.`);
+      const greedyScore = data.greedy_score === null || data.greedy_score === undefined ? ""
+        : `, score ${signed(data.greedy_score)} by the same measure`;
+      p.append(parts < 0 ? "Greedy decoding chose the same." : `Greedy decoding chose “${sentence(data.greedy)}”${greedyScore}. They part at step ${parts + 1}: greedy took “${word(data.greedy[parts])}”, the most probable next token after their common prefix; the beam kept other prefixes too, and the one that won took “${parts < winner.length ? word(winner[parts]) : "nothing more"}”.`);
+      return p;
+    }
+
+    function key() {
+      const p = node("p", { class: "beam-key", style: "margin: 0 0 0.4em; font-size: 0.85em" }, null, null);
+      p.textContent = "Each box: a token (often a piece of a word, joined to the next) and the log P of its whole prefix so far. " +
+        `A column holds a step's ${2 * data.beam_size} best extensions, best first: the ${data.beam_size} best that go on are kept (solid), ` +
+        "the others pruned (dashed, faded); green with ✓: finished, with its score log P / lp. Filled: the winner's path. " +
+        `The top row is greedy decoding. ${data.steps.length > 8 ? "Scroll sideways for every step." : ""}`;
       return p;
     }
 
     function draw() {
       const scroll = root.querySelector(".beam-scroll")?.scrollLeft ?? null;
-      root.replaceChildren(summary());
+      root.replaceChildren(summary(), key());
       root.style.color = "inherit";
       const wrap = node("div", { class: "beam-scroll", style: "overflow-x: auto; max-width: 100%" }, root, null);
       wrap.appendChild(tree());
       root.appendChild(details());
+      // first drawn with the parting in sight (a column before it at the left edge)
       if (scroll !== null) wrap.scrollLeft = scroll;
+      else if (parts > 0) wrap.scrollLeft = xs[parts - 1] - 8;
     }
     draw();
   };

@@ -437,16 +437,15 @@ def _list(values) -> list:
 
 class BeamTrace:
     """One sentence's beam search, step by step, filled by beam_search(trace=...) or
-    OnnxTranslator.beam: source ids, steps, the search's k best finished hypotheses
-    (ids through <eos>, log P, score) and greedy decoding's ids beside them; token(id)
-    names an id for the view (a tokenizer's id_to_token)."""
+    OnnxTranslator.beam: source ids, steps, the k best finished (ids through <eos>, log
+    P, score), greedy's ids and score beside them; token(id) names an id for the view
+    (a tokenizer's id_to_token)."""
 
     def __init__(self, source: Sequence[int], beam_size: int, alpha: float,
                  token: Callable[[int], str | None] | None = None):
         self.source, self.beam_size, self.alpha = _list(source), beam_size, alpha
-        self.token, self.greedy = token, []
+        self.token, self.greedy, self.greedy_score, self.finished = token, [], None, []
         self.steps: list[BeamStep] = []
-        self.finished: list[tuple[list[int], float, float]] = []
 
     def add(self, t, prefixes, prefix_log_probs, log_probs, top_log_probs, rows,
             tokens, scores, keep, bound, attention=None) -> None:
@@ -480,7 +479,6 @@ class BeamTrace:
                                             for i in ids)}
         for step in self.steps:
             ids.update(c.token for c in step.candidates)
-        name = self.token or (lambda i: None)
         steps = [asdict(step) for step in self.steps]
         for step in steps:  # weights to 4 decimals, as the attention explorer's
             if step["attention"] is not None:
@@ -488,9 +486,11 @@ class BeamTrace:
                                                  ).mul(1e4).round().div(1e4).tolist()
         return {"source": self.source, "beam_size": self.beam_size, "alpha": self.alpha,
                 "steps": steps, "greedy": self.greedy,
+                "greedy_score": self.greedy_score,
                 "finished": [{"ids": ids, "log_prob": lp, "score": score}
                              for ids, lp, score in self.finished],
-                "tokens": {str(i): name(i) or f"<{i}>" for i in sorted(ids)}}
+                "tokens": {str(i): (self.token and self.token(i)) or f"<{i}>"
+                           for i in sorted(ids)}}
 
     def _repr_html_(self) -> str:
         return script_view("beamsearch.js", "renderBeamSearch", self.to_dict(),

@@ -441,7 +441,24 @@ class OnnxTranslator:
         greedy = self.greedy(src)[0]  # without its <eos>, unless cut at the limit
         limit = min(len(src) + self.meta["extra_len"], self.meta["max_len"])
         trace.greedy = greedy + [self.meta["eos_id"]] * (len(greedy) < limit)
+        penalty = length_penalty(len(trace.greedy), alpha)
+        trace.greedy_score = float(self.log_prob(src, trace.greedy) / penalty)
         return trace
+
+    def log_prob(self, src: list[int], ids: list[int]) -> np.float32:
+        """log P of output ids `ids` (through <eos> if it ends) for source ids `src`."""
+        m, names = self.meta, self.meta["step_inputs"]
+        source = np.array([src], dtype=np.int64)
+        memory, *cross = self.encoder.run(None, {"src": source})
+        past = [np.zeros((1, m["n_heads"], 0, d), np.float32)
+                for d in (m["d_k"], m["d_v"]) * m["n_layers"]]
+        total, previous = np.float32(0), m["bos_id"]
+        for token in ids:
+            inputs = [np.array([[previous]]), source, memory, np.zeros(1, np.int64),
+                      *past, *cross]
+            log_probs, _, *past = self.step.run(None, dict(zip(names, inputs)))
+            total, previous = total + log_probs[0, token], token
+        return total
 
     def attention_maps(
         self, src: list[int], output: list[int]

@@ -160,10 +160,8 @@ export async function mount(root) {
         const { trace, ms } = await translator.trace(text, 4);
         const root = element("div", { class: "beam-search" });
         ask.parentElement.replaceWith(element("figure", { style: "margin: 1em 0 0" },
-          element("figcaption", {}, `The beam search (k = 4) of this sentence, traced in ${ms.toFixed(0)} ms: ` +
-            "a column per step with its 2k best candidates, best first, and their log P; filled, " +
-            "the winner's path; outlined in green with a ✓, finished (with its score log P / lp); " +
-            "dashed and faded, pruned. Click a step for its candidates and its attention."), root));
+          element("figcaption", {}, `The beam search (k = 4) of this sentence, step by step, ` +
+            `traced by the page in ${ms.toFixed(0)} ms. Click a step for its candidates and what it attended to.`), root));
         window.renderBeamSearch(root, trace);
       } catch (error) {
         ask.replaceWith(`could not trace the search: ${error.message}`);

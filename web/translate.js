@@ -57,7 +57,8 @@ const finite = (x) => (x === -Infinity ? null : x);
 
 class BeamTrace {
   constructor(source, k, alpha, tokenizer) {
-    Object.assign(this, { source, k, alpha, tokenizer, steps: [], finished: [], greedy: [] });
+    Object.assign(this, { source, k, alpha, tokenizer, steps: [], finished: [], greedy: [],
+      greedyScore: null });
   }
 
   add(t, prefixes, prefixLogp, logProbs, logp, from, token, scores, keep, bound, attention) {
@@ -88,7 +89,7 @@ class BeamTrace {
     const steps = this.steps.map((s) => ({ ...s, attention: s.attention.map((r) =>
       r.map((head) => head.map(round))) }));
     return { source: this.source, beam_size: this.k, alpha: this.alpha, steps,
-      greedy: this.greedy, finished: this.finished, tokens: Object.fromEntries([...ids]
+      greedy: this.greedy, greedy_score: this.greedyScore, finished: this.finished, tokens: Object.fromEntries([...ids]
         .sort((a, b) => a - b).map((id) => [String(id), this.tokenizer.id_to_token(id) ?? `<${id}>`])) };
   }
 }
@@ -258,7 +259,22 @@ export class Translator {
     await this.beam(src, k, alpha, trace);
     const greedy = (await this.greedy(src)).ids;
     trace.greedy = greedy.length < this.limit(src) ? [...greedy, this.meta.eos_id] : greedy;
+    const penalty = f32(lengthPenalty(trace.greedy.length, alpha)); // as NumPy divides
+    trace.greedyScore = f32((await this.logProb(src, trace.greedy)) / penalty);
     return { trace: trace.toDict(), ms: performance.now() - started };
+  }
+
+  async logProb(src, ids) {
+    // OnnxTranslator.log_prob: the step graph fed `ids`, their log-probabilities summed
+    // in float32
+    const state = await this.start(src, 1);
+    let total = 0, previous = this.meta.bos_id;
+    for (const token of ids) {
+      const { logProbs } = await this.decodeStep(state, [previous], [0]);
+      total = f32(total + logProbs.data[token]);
+      previous = token;
+    }
+    return total;
   }
 
   async attentionMaps(src, output) {
