@@ -4,7 +4,8 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import contextlib
+from collections.abc import Iterator, Sequence
 
 import torch
 import torch.nn.functional as F
@@ -133,30 +134,44 @@ class AttentionExplorer:
                            "attention-explorer")
 
 
+def one_sentence(
+    model: Transformer, tokenizer: Tokenizer, sentence: str
+) -> tuple[list[int], Tensor]:
+    """`sentence`'s source ids (ending in <eos>) and their batch of one on the model's
+    device; `sentence` must be one string."""
+    if not isinstance(sentence, str):
+        raise TypeError(f"sentence must be one string; got {type(sentence).__name__}")
+    ids = encode_sources(tokenizer, [sentence], model.config.max_len)[0]
+    return ids, torch.tensor([ids], device=next(model.parameters()).device)
+
+
+@contextlib.contextmanager
+def in_eval_mode(model: Transformer) -> Iterator[Transformer]:
+    """The model in eval mode (no dropout) for the block, then in the mode it had."""
+    was_training = model.training
+    model.eval()
+    try:
+        yield model
+    finally:
+        model.train(was_training)
+
+
 @torch.no_grad()
 def explore(
     model: Transformer, tokenizer: Tokenizer, sentence: str, beam_size: int = 1
 ) -> AttentionExplorer:
     """The attention explorer of `model` translating `sentence` (one string)."""
-    if not isinstance(sentence, str):
-        raise TypeError(f"sentence must be one string; got {type(sentence).__name__}")
-    device = next(model.parameters()).device
-    ids = encode_sources(tokenizer, [sentence], model.config.max_len)
-    src = torch.tensor(ids, device=device)
-    was_training = model.training
-    model.eval()
-    try:
+    ids, src = one_sentence(model, tokenizer, sentence)
+    with in_eval_mode(model):
         if beam_size == 1:
             out = greedy_decode(model, src)[0].tolist()
         else:
             out = beam_search(model, src, beam_size).tokens[0, 0].tolist()
-    finally:
-        model.train(was_training)
     out = out[: out.index(EOS) + 1] if EOS in out else out
-    tgt = torch.tensor([[BOS, *out[:-1]]], device=device)  # what the decoder reads
+    tgt = torch.tensor([[BOS, *out[:-1]]], device=src.device)  # what the decoder reads
     token = tokenizer.id_to_token
     return AttentionExplorer(attention_weights(model, src, tgt),
-                             [token(i) for i in ids[0]], [token(i) for i in out])
+                             [token(i) for i in ids], [token(i) for i in out])
 
 
 @torch.no_grad()
@@ -165,15 +180,9 @@ def trace_search(
     beam_size: int = DECODING.beam_size, alpha: float = DECODING.alpha,
 ) -> BeamTrace:
     """The beam search of `sentence` (one string), traced; shown in a notebook."""
-    if not isinstance(sentence, str):
-        raise TypeError(f"sentence must be one string; got {type(sentence).__name__}")
-    device = next(model.parameters()).device
-    ids = encode_sources(tokenizer, [sentence], model.config.max_len)
-    src = torch.tensor(ids, device=device)
-    trace = BeamTrace(ids[0], beam_size, alpha, tokenizer.id_to_token)
-    was_training = model.training
-    model.eval()
-    try:
+    ids, src = one_sentence(model, tokenizer, sentence)
+    device, trace = src.device, BeamTrace(ids, beam_size, alpha, tokenizer.id_to_token)
+    with in_eval_mode(model):
         beam_search(model, src, beam_size, alpha, trace=trace)
         greedy = greedy_decode(model, src)[0].tolist()
         trace.greedy = greedy[: greedy.index(EOS) + 1] if EOS in greedy else greedy
@@ -188,8 +197,6 @@ def trace_search(
                                device=device)
             weights = attention_weights(model, src.expand(len(tgt), -1), tgt)[cross]
             step.attention = weights[:, :, -1].tolist()
-    finally:
-        model.train(was_training)
     return trace
 
 
@@ -197,6 +204,8 @@ __all__ = [
     'attention_weights',
     'plot_attention',
     'AttentionExplorer',
+    'one_sentence',
+    'in_eval_mode',
     'explore',
     'trace_search',
 ]
