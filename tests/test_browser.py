@@ -264,6 +264,22 @@ def _watched(browser):
     return page, problems, requests
 
 
+def _each_in_page(page, base: str, sentences: dict[str, list[str]], call: str) -> dict:
+    """For each model folder of `sentences`, a list of what the JavaScript expression `call`
+    gives for each of its sentences, evaluated in the page: `t` is the page's Translator of
+    that model (translate.js), `s` the sentence, one sentence after another."""
+    return page.evaluate(f"""async ([sentences, base]) => {{
+        const {{ Translator }} = await import(base + "_static/translate/translate.js");
+        const out = {{}};
+        for (const [model, texts] of Object.entries(sentences)) {{
+            const t = await Translator.fromUrl(new URL(`_static/translate/models/${{model}}/`, base));
+            out[model] = [];
+            for (const s of texts) out[model].push(await {call});
+        }}
+        return out;
+    }}""", [sentences, base])
+
+
 def _drawn(explorer) -> list[tuple[int, int, float]]:
     """(query, key, weight) of each cell of an explorer's main view, from its SVG."""
     return explorer.locator(".explorer-main [data-weight]").evaluate_all(
@@ -357,21 +373,10 @@ def test_the_translator_in_the_page_translates_as_python_does(site):
     page, problems, requests = _watched(browser)
     page.goto(base + "book/deploy.html", wait_until="load")
     page.wait_for_selector("#translator[data-ready=true]", timeout=60_000)
-    got = page.evaluate("""async ([sentences, base]) => {
-        const { Translator } = await import(base + "_static/translate/translate.js");
-        const out = {};
-        for (const [model, texts] of Object.entries(sentences)) {
-            const t = await Translator.fromUrl(
-                new URL(`_static/translate/models/${model}/`, base));
-            out[model] = {};
-            for (const k of [1, 4]) {
-                out[model][k] = [];
-                for (const s of texts) out[model][k].push((await t.translate(s, k)).text);
-            }
-        }
-        return out;
-    }""", [sentences, base])
-    assert got == expected
+    got = _each_in_page(page, base, sentences, "(async () => [(await t.translate(s, 1)).text, "
+                        "(await t.translate(s, 4)).text])()")
+    assert {model: {k: [pair[i] for pair in pairs] for i, k in enumerate(("1", "4"))}
+            for model, pairs in got.items()} == expected
 
     # through the controls: the number model chosen, a sentence typed, beam search, the map
     page.select_option("#translator select[aria-label=model]", "numbers")
@@ -509,16 +514,7 @@ def test_the_pages_beam_search_traces_as_pythons_and_is_drawn_in_the_column(site
     page.set_viewport_size({"width": 1280, "height": 900})
     page.goto(base + "book/deploy.html", wait_until="load")
     page.wait_for_selector("#translator[data-ready=true]", timeout=60_000)
-    got = page.evaluate("""async ([sentences, base]) => {
-        const { Translator } = await import(base + "_static/translate/translate.js");
-        const out = {};
-        for (const [model, texts] of Object.entries(sentences)) {
-            const t = await Translator.fromUrl(new URL(`_static/translate/models/${model}/`, base));
-            out[model] = [];
-            for (const s of texts) out[model].push((await t.trace(s, 4)).trace);
-        }
-        return out;
-    }""", [sentences, base])
+    got = _each_in_page(page, base, sentences, "t.trace(s, 4).then((r) => r.trace)")
     compared = 0
     for model, texts in sentences.items():
         translator = OnnxTranslator(MODELS / model)
