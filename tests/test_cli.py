@@ -74,16 +74,20 @@ def test_the_default_preset_follows_the_data(tiny_corpus, tmp_path, monkeypatch)
                         "small-text": (256, False, 8000, 4000)}  # small, on real text
 
 
-def test_dropout_and_pre_ln_shape_a_new_model_and_are_refused_on_resume(tiny_corpus, tmp_path):
+def test_layers_dropout_and_pre_ln_shape_a_new_model_and_are_refused_on_resume(tiny_corpus,
+                                                                               tmp_path):
     out = tmp_path / "run"
     assert main(_train_args(tiny_corpus, out, "--preset", "tiny", "--dropout", "0.25", "--pre-ln",
-                            "--attention-dropout", "0.1", "--activation-dropout", "0.2")) == 0
+                            "--attention-dropout", "0.1", "--activation-dropout", "0.2",
+                            "--layers", "3")) == 0
     model = load_checkpoint(out / "checkpoint-00000001.pt")["model_config"]
-    assert (model["d_model"], model["n_layers"], model["dropout"], model["norm_first"]) == (128, 4, 0.25, True)
+    assert (model["d_model"], model["n_layers"], model["dropout"], model["norm_first"]) == (128, 3, 0.25, True)
+    weights = load_checkpoint(out / "checkpoint-00000001.pt")["model"]
+    assert {k.split(".")[2] for k in weights if k.startswith("encoder.layers.")} == {"0", "1", "2"}
     assert (model["attention_dropout"], model["activation_dropout"]) == (0.1, 0.2)
     with pytest.raises(SystemExit, match="a resumed run keeps its checkpoint's"):
         main(["train", "--resume", str(out), "--max-steps", "2", "--dropout", "0.1", "--out", str(out)])
-    for option in ("--post-ln", "--attention-dropout=0", "--activation-dropout=0"):
+    for option in ("--post-ln", "--attention-dropout=0", "--activation-dropout=0", "--layers=2"):
         with pytest.raises(SystemExit, match="a resumed run keeps its checkpoint's"):
             main(["train", "--resume", str(out), "--max-steps", "2", option, "--out", str(out)])
     post = tmp_path / "post"
@@ -368,6 +372,7 @@ BAD_INPUTS = [  # (arguments after the command, what the one-line answer must sa
     (["train", "--max-steps", "1", "--lr-scale", "-1"], "argument --lr-scale: expected a finite number > 0, got -1"),
     (["train", "--max-minutes", "inf"], "argument --max-minutes: expected a finite number > 0, got inf"),
     (["train", "--max-steps", "1", "--checkpoint-minutes", "0"], "expected a finite number > 0, got 0"),
+    (["train", "--max-steps", "1", "--layers", "0"], "argument --layers: expected an integer > 0, got 0"),
     (["train", "--max-steps", "1", "--dropout", "1"], "argument --dropout: expected a number in [0, 1), got 1"),
     (["train", "--max-steps", "1", "--label-smoothing", "1"], "label_smoothing must be in [0, 1); got 1.0"),
     (["train", "--max-steps", "1", "--cooldown", "1"], "argument --cooldown: expected a number in [0, 1), got 1"),

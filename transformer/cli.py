@@ -45,7 +45,8 @@ from transformer.trainer import Trainer, time_first_update
 from transformer.utils import __version__
 
 
-MODEL_OPTIONS = ("dropout", "attention_dropout", "activation_dropout", "norm_first")
+MODEL_OPTIONS = ("n_layers", "dropout", "attention_dropout", "activation_dropout",
+                 "norm_first")
 
 
 def _probability(text: str) -> float:
@@ -175,6 +176,13 @@ def _add_model_options(group: argparse._ArgumentGroup) -> None:
     (first, low), *more = lines
     fitted = " and ".join([f"{low:g} under {first:g} passes over the data"]
                           + [f"{p:g} under {passes:g}" for passes, p in more])
+    group.add_argument(
+        "--layers",
+        dest="n_layers",
+        type=_number(int),
+        help="N, the layers of the encoder and of the decoder (paper: 6; tiny: "
+        f"{TransformerConfig.tiny().n_layers})",
+    )
     group.add_argument(
         "--dropout",
         type=_probability,
@@ -321,8 +329,9 @@ def _train(args: argparse.Namespace) -> int:
     if args.resume:
         if args.lowercase or any(getattr(args, k) is not None for k in MODEL_OPTIONS):
             raise SystemExit(
-                "error: --dropout, --attention-dropout, --activation-dropout, "
-                "--pre-ln, --post-ln and --lowercase shape a new model; a resumed run "
+                "error: --layers, --dropout, --attention-dropout, "
+                "--activation-dropout, --pre-ln, --post-ln and --lowercase shape a new "
+                "model; a resumed run "
                 "keeps its checkpoint's"
             )
         trainer = Trainer.resume(args.resume, args.out, args.overwrite,
