@@ -83,6 +83,35 @@ def peak_tflops(name: str) -> float:
                          f"figure to PEAK_TFLOPS in benchmarks/train_throughput.py") from None
 
 
+# fp32 FLOPs a cycle of one core (2 per fused multiply-add) by the AMD core's FMA units: Zen 1
+# (family 23 model 1) has two 128-bit FMA pipes, Zen 3 (family 25 model 1) and Zen 4 (family 25
+# model 17, AVX-512 in two halves) two 256-bit ones (AMD's Software Optimization Guides for
+# the families 17h and 19h).
+CPU_FP32_FLOPS_A_CYCLE = {(23, 1): 16, (25, 1): 32, (25, 17): 32}
+
+
+def cpu_peak_gflops(threads: int) -> dict:
+    """The fp32 peak of this CPU's `threads` cores, two ways: nominal (the core's FMA width
+    from CPU_FP32_FLOPS_A_CYCLE, times the clock /proc/cpuinfo states, times the threads;
+    None for a core not in the table or no stated clock), and measured (the best of 10 fp32
+    products of two 2,048 x 2,048 matrices by torch on those threads: what a large matrix
+    product reaches here, the ceiling the step's small ones work under)."""
+    info = Path("/proc/cpuinfo").read_text() if Path("/proc/cpuinfo").exists() else ""
+    field = lambda key: next((line.split(":")[1].strip() for line in info.splitlines()
+                              if line.startswith(key)), None)
+    family, model, mhz = field("cpu family"), field("model\t"), field("cpu MHz")
+    width = CPU_FP32_FLOPS_A_CYCLE.get((int(family), int(model))) if family and model else None
+    nominal = width * float(mhz) / 1e3 * threads if width and mhz else None
+    a, b = torch.randn(2048, 2048), torch.randn(2048, 2048)
+    best = float("inf")
+    for _ in range(10):
+        start = time.perf_counter()
+        a @ b
+        best = min(best, time.perf_counter() - start)
+    return {"nominal_gflops": nominal, "clock_mhz": float(mhz) if mhz else None,
+            "flops_a_cycle_a_core": width, "measured_gflops": 2 * 2048**3 / best / 1e9}
+
+
 class TorchPeer(nn.Module):
     """torch.nn.Transformer (batch-first) with our embeddings and output: post-LN without the
     final LayerNorms (as the paper and our post-LN model), or pre-LN with them (as ours)."""

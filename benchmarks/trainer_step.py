@@ -12,7 +12,10 @@ batch shape until it has made the lengths dynamic: on one H100, 10 warm-up steps
   padded source and target tensors;
 - the padding fraction of those positions;
 - MFU on real tokens: the FLOPs the step needs for its real tokens, written out below
-  (useful_flops), per second, over the device's dense bf16 peak (named in the record);
+  (useful_flops), per second, over the device's dense bf16 peak (named in the record); on a
+  CPU, the same FLOPs over its fp32 peak, measured (a large matrix product on the run's
+  threads) and nominal (the core's FMA width times its stated clock), both in the record
+  (train_throughput.cpu_peak_gflops);
 - peak memory on a GPU;
 - the bare step beside it: the same computation on the same batches already on the device
   (benchmarks/train_throughput.py's bare_step), the Trainer's data pipeline left out.
@@ -61,13 +64,14 @@ import argparse
 import itertools
 import tempfile
 import time
+from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
 import torch
 
 from report import machine, spread, write_report
-from train_throughput import TorchPeer, bare_step, peak_tflops, sync
+from train_throughput import TorchPeer, bare_step, cpu_peak_gflops, peak_tflops, sync
 from transformer import Trainer, TrainingConfig, TransformerConfig, label_smoothed_loss
 from transformer.devices import autocast
 from transformer.prepared import prepare_data
@@ -230,6 +234,7 @@ def measure(model_config, corpus: Path, args, work: Path, changes: dict | None =
     sync(device)
     config = trainer.model.config  # with the vocabulary of the tokenizer
     peak = peak_tflops(torch.cuda.get_device_name(device)) if device.type == "cuda" else None
+    cpu_peak = cpu_peak_gflops(torch.get_num_threads()) if device.type == "cpu" else None
     peer = None
     if args.peer and trainer.config.pack_length is None:  # the peer takes padded batches
         peer = TorchPeer(config).to(device).train()
@@ -279,6 +284,11 @@ def measure(model_config, corpus: Path, args, work: Path, changes: dict | None =
             repeat["peer_tokens_per_s"] = tokens / peer_seconds
         if paired:
             repeat["shipped_bare_tokens_per_s"] = tokens / shipped_bare
+        repeat["useful_gflops_a_step"] = flops / args.steps / 1e9
+        if cpu_peak:  # the share of the CPU's fp32 peak, measured and nominal
+            for kind in ("measured", "nominal"):
+                if cpu_peak[f"{kind}_gflops"]:
+                    repeat[f"{kind}_peak_share"] = flops / seconds / 1e9 / cpu_peak[f"{kind}_gflops"]
         if peak:
             repeat["mfu"] = flops / seconds / 1e12 / peak
             repeat["bare_mfu"] = flops / bare / 1e12 / peak
@@ -290,6 +300,8 @@ def measure(model_config, corpus: Path, args, work: Path, changes: dict | None =
     result["parameters"] = sum(p.numel() for p in trainer.model.parameters())
     result["vocabulary"] = config.tgt_vocab_size
     result["peak_tflops"] = peak
+    if cpu_peak:
+        result["cpu_peak"] = cpu_peak
     result["precision"] = str(trainer.dtype or "fp32").removeprefix("torch.")
     result["pack_length"] = trainer.config.pack_length
     result["row_lengths"] = getattr(trainer.batches.sampler, "row_lengths", None)
@@ -312,6 +324,8 @@ def main() -> None:
     parser.add_argument("--warmup", type=int, default=40,
                         help="untimed steps first: each new batch shape is compiled (seconds a step)")
     parser.add_argument("--steps", type=int, default=20)
+    parser.add_argument("--layers", type=int, nargs="+",
+                        help="measure each preset at each of these N (default: the preset's)")
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--batching", nargs="+", default=["padded"], choices=list(BATCHING),
                         help="batches by length (padded), packed rows (CUDA graphs on one GPU), packed rows without CUDA graphs")
@@ -336,13 +350,16 @@ def main() -> None:
             corpora["multi30k"] = args.data
         for name, corpus in corpora.items():
             for size in args.presets:
-                for batching, precision in itertools.product(args.batching, args.precisions):
+                for batching, precision, layers in itertools.product(
+                        args.batching, args.precisions, args.layers or [None]):
                     key = ", ".join([size, name] + [batching] * (batching != "padded")
-                                    + [precision] * (args.precisions != ["auto"]))
+                                    + [precision] * (args.precisions != ["auto"])
+                                    + [f"N={layers}"] * (layers is not None))
                     print(f"{key}:", flush=True)
                     changes, change = BATCHING[batching]
-                    folder = Path(work) / key.replace(", ", "-").replace(" ", "_")
-                    results[key] = measure(preset(size), corpus, args, folder,
+                    folder = Path(work) / key.replace(", ", "-").replace(" ", "_").replace("=", "")
+                    model = preset(size) if layers is None else replace(preset(size), n_layers=layers)
+                    results[key] = measure(model, corpus, args, folder,
                                            {**changes, "precision": precision}, change)
                     write()
         for variant in (args.ablation or list(VARIANTS)) if args.ablation is not None else ():

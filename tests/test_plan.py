@@ -31,7 +31,7 @@ RUN = dict(vocab_size=60, warmup_steps=10, lr_scale=1.0, precision="fp32", devic
 HALVE = BudgetFit(halve_batch=True)
 
 
-def _plan(corpus, seconds=None, fit=HALVE, model=None, tokens=120, **overrides):
+def _plan(corpus, seconds=None, fit=HALVE, model=None, tokens=120, shape=SHAPE, **overrides):
     """A plan of the small preset at TINY's shape on the tiny corpus, its batch for real text `tokens`, a
     planned run of minutes alone by default; `seconds`: its update's time as if timed (None: timed), for a
     decision that must not depend on this machine's speed."""
@@ -41,7 +41,7 @@ def _plan(corpus, seconds=None, fit=HALVE, model=None, tokens=120, **overrides):
         def timer(model_config, config):
             return replace(time_first_update(model_config, config), seconds=seconds)
     with mock.patch.dict(SMALL_DATA["text"], max_tokens=tokens):
-        return make_plan("small", {**SHAPE, **(model or {})}, timer, fit, **settings)
+        return make_plan("small", {**shape, **(model or {})}, timer, fit, **settings)
 
 
 def _steps(trainer, n):
@@ -216,8 +216,37 @@ def test_only_a_planned_run_of_minutes_alone_not_compiled_is_timed(tiny_corpus):
         make_plan("small", SHAPE, None, HALVE, **settings, max_minutes=0.01)
 
 
+def test_a_budget_of_few_updates_takes_the_layers_of_its_line_and_trains_as_that_model_given_by_name(
+        tiny_corpus, tmp_path):
+    """At 0.1 s an update a budget of 0.01 min holds `updates` (the written-out count); the small preset's N
+    is not given. Oracle: a model built with N=1 by name (TINY's shape), given the half batch, update by
+    update. The lines are placed around the budget: the first it is under decides."""
+    updates = int(60 * 0.01 / 0.1)
+    shape = {k: v for k, v in SHAPE.items() if k != "n_layers"}
+    preset_n = TransformerConfig.small().n_layers
+    plan = _plan(tiny_corpus, seconds=0.1, fit=BudgetFit(True, (), ((updates + 1, 1), (100, 3))), shape=shape,
+                 model={"dropout": TINY.dropout})
+    assert plan.model.n_layers == 1, plan.table()
+    assert plan.why("n_layers") == (f"one update of 120 took 0.10 s: about {updates} in 0.01 min at "
+                                    f"N={preset_n}, under {updates + 1}")
+    fitted = Trainer.from_plan(plan, tmp_path / "fitted")
+    assert fitted.model.config.n_layers == len(fitted.model.encoder.layers) == 1
+    _assert_trains_as(fitted, tiny_corpus, tmp_path / "given", 3, replace(TINY, n_layers=1), max_tokens=60)
+    on_line = _plan(tiny_corpus, seconds=0.1, fit=BudgetFit(True, (), ((updates, 1),)), shape=shape)
+    assert on_line.model.n_layers == preset_n
+    assert on_line.why("n_layers").endswith(f", {updates} or more: the model's")
+    given = _plan(tiny_corpus, seconds=0.1, fit=BudgetFit(True, (), ((updates + 1, 1),)))  # SHAPE names N=2
+    assert given.model.n_layers == 2 and given.why("n_layers") == "given"
+    assert given.training.max_tokens == 60, "the batch still fitted"
+
+
 def test_the_tiny_presets_budget_fit_and_bad_lines():
-    assert BUDGET_FITS["tiny"] == BudgetFit(True, ((10, 0.0), (30, 0.1)))
+    assert BUDGET_FITS["tiny"] == BudgetFit(True, ((10, 0.0), (30, 0.1)), ((FEW_UPDATES, 3),))
+    for lines in (((600, 0),), ((600, 2.5),), ((0, 3),), ((600.5, 3),), ((1200, 3), (600, 2)), ((600, True),),
+                  [(600, 3)], ((600,),)):
+        with pytest.raises(ValueError, match=r"layers_by_updates must be a tuple of \(updates, N\) pairs, "
+                                             r"updates positive and rising, N a positive integer; got "):
+            BudgetFit(True, (), lines)
     assert set(BUDGET_FITS) == {"tiny"}, "the other presets keep their batch and P_drop"
     for lines in (0.1, [(10, 0.1)], ((10,),), ((10, 1.0),), ((10, -0.1),), ((10, True),), ((0, 0.1),),
                   ((10, "0.1"),), ((30, 0.1), (10, 0.0)), ((10, 0.1), (10, 0.0))):

@@ -21,7 +21,12 @@ from transformer.devices import (
 )
 from transformer.files import write_atomically
 from transformer.model import TransformerConfig
-from transformer.runs import FEW_UPDATES, fitted_dropout, fitted_max_tokens
+from transformer.runs import (
+    FEW_UPDATES,
+    fitted_dropout,
+    fitted_layers,
+    fitted_max_tokens,
+)
 
 
 @dataclass
@@ -165,29 +170,36 @@ GPU_TEXT_STEPS = 16_000  # the tiny preset's budget on real text on a CUDA GPU
 @dataclass(frozen=True)
 class BudgetFit:
     """How a planned run of minutes alone fits itself to its budget, from one update
-    timed: halve_batch (max_tokens halved under FEW_UPDATES updates) and
-    dropout_by_passes, (passes, P_drop) lines in rising passes (fitted_dropout)."""
+    timed: halve_batch (max_tokens halved under FEW_UPDATES updates),
+    dropout_by_passes, (passes, P_drop) lines in rising passes (fitted_dropout), and
+    layers_by_updates, (updates, N) lines in rising updates (fitted_layers)."""
 
     halve_batch: bool = True
     dropout_by_passes: tuple[tuple[float, float], ...] = ()
+    layers_by_updates: tuple[tuple[int, int], ...] = ()
 
     def __post_init__(self) -> None:
-        def line(pair) -> bool:
-            numbers = all(isinstance(x, (int, float)) and not isinstance(x, bool)
-                          for x in pair)
-            return len(pair) == 2 and numbers and pair[0] > 0 and 0 <= pair[1] < 1
+        def number(x, kind) -> bool:
+            return isinstance(x, kind) and not isinstance(x, bool)
 
-        lines = self.dropout_by_passes
-        if not (isinstance(lines, tuple) and all(isinstance(x, tuple) and line(x)
-                                                 for x in lines)
-                and all(a[0] < b[0] for a, b in zip(lines, lines[1:]))):
-            raise ValueError(
-                "dropout_by_passes must be a tuple of (passes, P_drop) pairs, passes "
-                f"positive and rising, P_drop in [0, 1); got {lines!r}"
-            )
+        rules = (("dropout_by_passes", "(passes, P_drop)", "passes", (int, float),
+                  lambda p: 0 <= p < 1, "P_drop in [0, 1)"),
+                 ("layers_by_updates", "(updates, N)", "updates", int,
+                  lambda n: n > 0, "N a positive integer"))
+        for name, pair, over, kind, allowed, said in rules:
+            lines = getattr(self, name)
+            if not (isinstance(lines, tuple)
+                    and all(isinstance(x, tuple) and len(x) == 2 and number(x[0], kind)
+                            and number(x[1], kind) and x[0] > 0 and allowed(x[1])
+                            for x in lines)
+                    and all(a[0] < b[0] for a, b in zip(lines, lines[1:]))):
+                raise ValueError(f"{name} must be a tuple of {pair} pairs, {over} "
+                                 f"positive and rising, {said}; got {lines!r}")
 
 
-BUDGET_FITS = {"tiny": BudgetFit(True, ((10, 0.0), (30, 0.1)))}  # (Runs chapter)
+BUDGET_FITS = {  # (Runs chapter)
+    "tiny": BudgetFit(True, ((10, 0.0), (30, 0.1)), ((FEW_UPDATES, 3),)),
+}
 
 
 def default_preset(text: bool) -> str:
@@ -347,19 +359,29 @@ class Timing:
 Timer = Callable[[TransformerConfig, TrainingConfig], Timing]
 
 
-def fit_budget(config: TrainingConfig, dropout: float, fit: BudgetFit,
-               timing: Timing, batch_given: bool, dropout_given: bool
-               ) -> list[Decision]:
-    """The batch and P_drop (the model's: `dropout`) of a planned run of
-    config.max_minutes alone whose update of config.max_tokens takes timing.seconds
-    (fitted_max_tokens, fitted_dropout)."""
+def by_lines(setting: str, value: object, model_value: object, count: float,
+             lines: tuple, spec: str, said: str) -> Decision:
+    """The decision of `setting` that (count, value) `lines` made for a budget of
+    `count`: `value`, or the model's own (None: over every line), with its reason."""
+    under = next((n for n, _ in lines if count < n), None)
+    where = f"under {under:{spec}}" if under else f"{lines[-1][0]:{spec}} or more"
+    if value is None:
+        return Decision(setting, model_value, f"{said}, {where}: the model's")
+    return Decision(setting, value, f"{said}, {where}")
+
+
+def fit_budget(config: TrainingConfig, model: TransformerConfig, fit: BudgetFit,
+               timing: Timing, given: set[str]) -> list[Decision]:
+    """The batch, P_drop and N of a planned run of config.max_minutes alone of `model`
+    whose update of config.max_tokens takes timing.seconds (fitted_max_tokens,
+    fitted_dropout, fitted_layers), but for the settings `given` by name."""
     minutes, tokens = config.max_minutes, config.max_tokens
     half, updates = fitted_max_tokens(tokens, timing.seconds, minutes)
     passes = updates / timing.updates_a_pass
     seen = (f"one update of {tokens:,} took {timing.seconds:.2f} s: about "
             f"{updates:,} in {minutes:g} min")
     decided = []
-    if fit.halve_batch and not batch_given:
+    if fit.halve_batch and "max_tokens" not in given:
         if half == tokens:
             why = f"{seen}, {FEW_UPDATES:,} or more: kept"
         elif not timing.half_fits:
@@ -367,15 +389,15 @@ def fit_budget(config: TrainingConfig, dropout: float, fit: BudgetFit,
         else:
             why = f"{seen}, under {FEW_UPDATES:,}: halved"
         decided.append(Decision("max_tokens", half, why))
-    lines = fit.dropout_by_passes
-    if lines and not dropout_given:
-        p = fitted_dropout(passes, lines)
-        under = next((n for n, _ in lines if passes < n), None)
-        where = f"under {under:g}" if under else f"{lines[-1][0]:g} or more"
-        why = (f"{passes:.1f} passes over the data ({timing.updates_a_pass:,.0f} "
-               f"updates each), {where}")
-        decided.append(Decision("dropout", p, why) if p is not None
-                       else Decision("dropout", dropout, why + ": the model's"))
+    if fit.dropout_by_passes and "dropout" not in given:
+        lines, said = fit.dropout_by_passes, (f"{passes:.1f} passes over the data "
+                                              f"({timing.updates_a_pass:,.0f} updates each)")
+        decided.append(by_lines("dropout", fitted_dropout(passes, lines), model.dropout,
+                                passes, lines, "g", said))
+    if fit.layers_by_updates and "n_layers" not in given:
+        lines = fit.layers_by_updates
+        decided.append(by_lines("n_layers", fitted_layers(updates, lines), model.n_layers,
+                                updates, lines, ",", f"{seen} at N={model.n_layers}"))
     return decided
 
 
@@ -405,7 +427,7 @@ def make_plan(preset: str | None = None, model: dict | None = None,
     plan = RunPlan(model_config, config, decisions)
     plan = plan.decided([d for d in decided if d.why != "given"])  # "auto" too
     fit = BUDGET_FITS.get(preset) if fit == "preset" else fit
-    return timed_decisions(plan, fit, timer, "max_tokens" in given, "dropout" in model)
+    return timed_decisions(plan, fit, timer, {*given, *model})
 
 
 def check_preset(name: str) -> str:
@@ -464,28 +486,28 @@ def schedule_reason(config: TrainingConfig) -> str:
 
 
 def timed_decisions(plan: RunPlan, fit: BudgetFit | None, timer: Timer | None,
-                    batch_given: bool, dropout_given: bool) -> RunPlan:
-    """`plan` with what one update timed decides, where anything does."""
+                    given: set[str]) -> RunPlan:
+    """`plan` with what one update timed decides, where anything does, but for the
+    settings `given` by name."""
     config, model_config = plan.training, plan.model
     if plan.why("max_steps") not in (None, "given") and timer is not None:
         seconds = timer(model_config, replace(config, compile=False)).seconds
         why = plan.why("max_steps")  # a budget the run did not give: its cost here
         return plan.decided([projected_cost(config.max_steps, seconds, why)])
-    wanted = fit and (fit.halve_batch and not batch_given
-                      or fit.dropout_by_passes and not dropout_given)
+    wanted = fit and (fit.halve_batch and "max_tokens" not in given
+                      or fit.dropout_by_passes and "dropout" not in given
+                      or fit.layers_by_updates and "n_layers" not in given)
     if not (wanted and config.planned and config.max_steps is None
             and not config.compile):
         return plan
     if timer is None:
         raise ValueError("this plan times one update (a planned run of minutes alone "
-                         "that fits its batch or P_drop): give make_plan a timer")
-    fitted = fit_budget(config, model_config.dropout, fit, timer(model_config, config),
-                        batch_given, dropout_given)
+                         "that fits its batch, P_drop or N): give make_plan a timer")
+    fitted = fit_budget(config, model_config, fit, timer(model_config, config), given)
     value = {d.setting: d.value for d in fitted}
-    tokens = value.get("max_tokens", config.max_tokens)
-    dropout = value.get("dropout", model_config.dropout)
+    tokens = value.pop("max_tokens", config.max_tokens)
     return replace(plan.decided(fitted), training=replace(config, max_tokens=tokens),
-                   model=replace(model_config, dropout=dropout))
+                   model=replace(model_config, **value))
 
 
 OLD_FITTING = ("fit_batch", "dropout_by_passes", "few_epochs_dropout")  # before plans
@@ -554,6 +576,7 @@ __all__ = [
     'device_settings',
     'resolved',
     'Timing',
+    'by_lines',
     'fit_budget',
     'make_plan',
     'check_preset',

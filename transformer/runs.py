@@ -220,6 +220,13 @@ def fitted_dropout(epochs: float,
     return next((p for passes, p in lines if epochs < passes), None)
 
 
+def fitted_layers(updates: int, lines: tuple[tuple[int, int], ...]) -> int | None:
+    """N for a budget of `updates` projected at the preset's model and batch: that of
+    the first (updates, N) line, in rising updates, the budget holds fewer updates
+    than; None (the model's own) when it is under none of them."""
+    return next((n for under, n in lines if updates < under), None)
+
+
 class LossWindow:
     """The summed loss and target tokens of the steps since the last read (on the
     device)."""
@@ -333,6 +340,7 @@ __all__ = [
     'Planner',
     'fitted_max_tokens',
     'fitted_dropout',
+    'fitted_layers',
     'LossWindow',
     'append_metrics',
     'forget_metrics_after',
