@@ -90,26 +90,28 @@ def peak_tflops(name: str) -> float:
 CPU_FP32_FLOPS_A_CYCLE = {(23, 1): 16, (25, 1): 32, (25, 17): 32}
 
 
-def cpu_peak_gflops(threads: int) -> dict:
+def cpu_peak_gflops(threads: int, info: str | None = None, size: int = 2048) -> dict:
     """The fp32 peak of this CPU's `threads` cores, two ways: nominal (the core's FMA width
     from CPU_FP32_FLOPS_A_CYCLE, times the clock /proc/cpuinfo states, times the threads;
     None for a core not in the table or no stated clock), and measured (the best of 10 fp32
-    products of two 2,048 x 2,048 matrices by torch on those threads: what a large matrix
-    product reaches here, the ceiling the step's small ones work under)."""
-    info = Path("/proc/cpuinfo").read_text() if Path("/proc/cpuinfo").exists() else ""
+    products of two `size` x `size` matrices by torch on those threads: what a large matrix
+    product reaches here, the ceiling the step's small ones work under). info: the text of
+    /proc/cpuinfo (read when None)."""
+    if info is None:
+        info = Path("/proc/cpuinfo").read_text() if Path("/proc/cpuinfo").exists() else ""
     field = lambda key: next((line.split(":")[1].strip() for line in info.splitlines()
                               if line.startswith(key)), None)
     family, model, mhz = field("cpu family"), field("model\t"), field("cpu MHz")
     width = CPU_FP32_FLOPS_A_CYCLE.get((int(family), int(model))) if family and model else None
     nominal = width * float(mhz) / 1e3 * threads if width and mhz else None
-    a, b = torch.randn(2048, 2048), torch.randn(2048, 2048)
+    a, b = torch.randn(size, size), torch.randn(size, size)
     best = float("inf")
     for _ in range(10):
         start = time.perf_counter()
         a @ b
         best = min(best, time.perf_counter() - start)
     return {"nominal_gflops": nominal, "clock_mhz": float(mhz) if mhz else None,
-            "flops_a_cycle_a_core": width, "measured_gflops": 2 * 2048**3 / best / 1e9}
+            "flops_a_cycle_a_core": width, "measured_gflops": 2 * size**3 / best / 1e9}
 
 
 class TorchPeer(nn.Module):

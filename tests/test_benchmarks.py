@@ -508,3 +508,24 @@ def test_the_gpus_peak_is_looked_up_by_its_exact_name(monkeypatch):
             peak_tflops(unknown)
         assert "NVIDIA H100 PCIe" in str(refusal.value) and "NVIDIA H200 NVL" in str(refusal.value)
     assert all(peak_tflops(name) == peak for name, peak in PEAK_TFLOPS.items())
+
+
+def test_the_cpus_nominal_fp32_peak_is_its_fma_width_times_its_stated_clock(monkeypatch):
+    """Zen 1 (family 23 model 1) has two 128-bit FMA pipes: 2 x 4 lanes x 2 FLOPs = 16 a cycle a
+    core, so two cores at a stated 2,000 MHz give 64 GFLOP/s; Zen 3 twice that a cycle. A core not
+    in the table, or no stated clock, gives no nominal peak (never another core's); the measured
+    one is a product's FLOPs over its time."""
+    monkeypatch.syspath_prepend(str(BENCHMARKS))
+    from train_throughput import cpu_peak_gflops
+
+    def info(family, model, mhz="2000.000"):
+        lines = ["processor\t: 0", f"cpu family\t: {family}", f"model\t\t: {model}",
+                 "model name\t: AMD EPYC 7xx1 32-Core Processor"] + ([f"cpu MHz\t\t: {mhz}"] if mhz else [])
+        return "\n".join(lines) + "\n"
+
+    zen1 = cpu_peak_gflops(2, info(23, 1), size=64)
+    assert (zen1["nominal_gflops"], zen1["clock_mhz"], zen1["flops_a_cycle_a_core"]) == (64.0, 2000.0, 16)
+    assert cpu_peak_gflops(1, info(25, 1, "2450.000"), size=64)["nominal_gflops"] == 32 * 2.45
+    for unknown in (info(6, 167), info(23, 1, mhz=None)):
+        assert cpu_peak_gflops(2, unknown, size=64)["nominal_gflops"] is None
+    assert zen1["measured_gflops"] > 0

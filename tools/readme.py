@@ -181,10 +181,10 @@ def _and(items: Iterable[str]) -> str:
 
 
 # What a reader's machine gets from the plain commands: a CPU with native bf16 at full speed,
-# one without it (the stand-in at the family-25 model-1 EPYC's rate: no run of the plain
-# command on such a CPU is at a recent commit), and one GPU
+# one without it (the stand-in for the slowest, the family-23 EPYC; and the family-25 model-1
+# EPYC at full speed, one seed), and one GPU
 READER = {"native": "multi30k_en_de_10min_cli_zen4_plain.json",
-          "emulated": "multi30k_en_de_10min_cli_zen4held_2runs_plain.json",
+          "emulated": "multi30k_en_de_standin23_plain.json",
           "gpu": "multi30k_en_de_lc_gpu.json"}
 
 
@@ -206,26 +206,26 @@ def _reader_cpu(name: str) -> str:
 def reader() -> str:
     """Three lines a reader can act on: what the plain commands give on their kind of
     machine, each from a record, and how to see which kind theirs is."""
-    native, held, gpu = (_record(name) for name in READER.values())
-    if "held back" not in held["machine"] or "native bf16)" not in native["machine"]:
-        raise SystemExit(f"{READER}: not a native-bf16 CPU and the stand-in without it")
+    native, stand_in, gpu = (_record(name) for name in READER.values())
+    f23, f25 = _record(TEN_MINUTES[0]), _record(TEN_MINUTES[14])
+    if "native bf16)" not in native["machine"] or (stand_in["hardware"]["family"], f23["hardware"]["family"],
+                                                   f25["hardware"]["family"]) != (25, 23, 25):
+        raise SystemExit(f"{READER}: not a native-bf16 CPU and the family-25 EPYC standing in for the family-23")
+    probes = [float(re.search(r"took ([\d.]+) s", d["why"])[1]) for run in stand_in["seeds"].values()
+              for d in run["plan"]["decisions"] if d["setting"] == "max_tokens"]
     run = gpu["seeds"]["0"]
     command = "`python -m transformer train --data DIR --src en --tgt de --max-minutes 10`"
-    old = [r["steps"] for r in _record(
-        "multi30k_en_de_10min_cli_zen4held_2runs_unfitted.json")["seeds"].values()]
-    f25, f23 = (_record(name) for name in TEN_MINUTES[1:2] + TEN_MINUTES[:1])
-    slower = _record("multi30k_en_de_10min_cli_zen4held_3runs_plain.json")
+    full = f25["seeds"]["0"]
     return (
         f"- **A 2-core CPU with native bf16:** {command}, then "
         f"`evaluate`, gives {_reader_cpu(READER['native'])}, on an {native['machine']}.\n"
-        f"- **A 2-core CPU without it** (bf16 emulated): the same command gives "
-        f"{_reader_cpu(READER['emulated'])}. Measured on a stand-in, "
-        f"{held['machine'].removesuffix(', 2 threads')}, two runs at once: with the defaults "
-        f"before the fitting it made {min(old):,} to {max(old):,} updates where an "
-        f"{f25['machine'].removesuffix(', 2 threads')} made {f25['seeds']['0']['steps']:,}. "
-        f"The slowest CPU met, an {f23['machine'].removesuffix(', 2 threads')}, made "
-        f"{f23['seeds']['0']['steps']:,} with them; a stand-in slowed below it (three runs at once) "
-        f"gave {slower['spread']['test_bleu']['median']:.2f}.\n"
+        f"- **A 2-core CPU without it** (bf16 emulated, so fp32): on the slowest CPU met, an "
+        f"{f23['machine'].removesuffix(', 2 threads')}, the same command plans three layers a side and half the "
+        f"batch. On a stand-in for it, {stand_in['machine']}, two runs at once for 8.4 minutes (its update of "
+        f"4,096 tokens timed at {min(probes):.2f} to {max(probes):.2f} s, where the family-23 EPYC's ten-minute "
+        f"record made one every {600 / f23['seeds']['0']['steps']:.2f} s), it gives {_reader_cpu(READER['emulated'])}. "
+        f"On that family-25 EPYC at full speed, 2 threads, one seed gave **{full['test']['bleu']:.2f}** "
+        f"({full['steps']:,} updates; `{TEN_MINUTES[14]}`, commit {f25['git']['commit'][:7]}).\n"
         f"- **One GPU:** `train --lowercase` (the GPU recipe: {run['steps']:,} updates) gives "
         f"**{run['test']['tokenized_bleu']:.2f}** tokenized BLEU on test2016 in "
         f"{run['trainer_minutes']:.0f} minutes on one {gpu['machine']} (one seed; "
@@ -286,6 +286,8 @@ TEN_MINUTES = [
     "multi30k_en_de_10min_cli_zen4_d0.json",
     "multi30k_en_de_10min_cli_zen4_plain.json",
     "multi30k_en_de_10min_cli_zen4_unfitted.json",
+    "multi30k_en_de_10min_cli_f25_plain.json",
+    "multi30k_en_de_10min_cli_f25_layers4.json",
 ]
 COMPARED = [TEN_MINUTES[3:5], TEN_MINUTES[5:7]]  # (the paper's, the plan at 0.7 of the peak)
 # Half the batch against the preset's, the default plan, three seeds each, in turn: ten minutes
@@ -311,6 +313,10 @@ NEAR_LINE = [(f"multi30k_en_de_{steps}steps_2048_d01.json", f"multi30k_en_de_{st
 # side) or three (each command's seeds at once, in turn)
 STAND_IN = {f"multi30k_en_de_10min_cli_zen4held_{runs}runs_{name}.json": f", {word} runs at once"
             for runs, word in ((2, "two"), (3, "three")) for name in ("plain", "unfitted")}
+# The plain command, which sizes the model to its budget (three layers a side under FEW_UPDATES),
+# against the same given the preset's --layers 4, three seeds side by side, on a stand-in for the
+# family-23 EPYC: the family-25 model-1 EPYC, one thread a run, two runs at once, 8.4 minutes
+SIZED = ["multi30k_en_de_standin23_plain.json", "multi30k_en_de_standin23_layers4.json"]
 # The family-25 model-1 EPYC's updates in ten minutes, as a step budget in fp32, on another CPU:
 # the paper's schedule and the plan at 0.7 of the peak, three seeds each, in turn
 STEP_BUDGET = ["multi30k_en_de_675steps_fp32_paper.json", "multi30k_en_de_675steps_fp32_planned.json"]
@@ -372,11 +378,21 @@ def _dropout(run: dict) -> str:
 
 
 def _options(run: dict) -> str:
-    """What the run's train command gave beyond `--max-minutes 10` (and its seed and folder)."""
-    given = re.search(r"--src en --tgt de --max-minutes 10 (.*?) ?--seed \d+ --out ", run["train"])
+    """What the run's train command gave beyond `--max-minutes 10` (and its seed and folder):
+    a stand-in's shorter budget too."""
+    given = re.search(r"--src en --tgt de --max-minutes ([\d.]+) (.*?) ?--seed \d+ --out ", run["train"])
     if not given:
-        raise SystemExit(f"not the 10-minute command on Multi30k EN-DE: {run['train']!r}")
-    return f"`{given[1]}`" if given[1] else "none"
+        raise SystemExit(f"not the minutes command on Multi30k EN-DE: {run['train']!r}")
+    options = " ".join(([f"--max-minutes {given[1]}"] if given[1] != "10" else []) + [given[2]]).strip()
+    return f"`{options}`" if options else "none"
+
+
+def _layers(run: dict) -> str:
+    """N, the layers a side: what the run's plan says, else the tiny preset's 4 (a run from
+    before the plan sized the model)."""
+    from transformer.model import TransformerConfig  # imports torch: only here
+
+    return str(run["plan"]["model"]["n_layers"] if "plan" in run else TransformerConfig.tiny().n_layers)
 
 
 def _ten_minutes_row(name: str, sharing: str = "") -> str:
@@ -394,6 +410,7 @@ def _ten_minutes_row(name: str, sharing: str = "") -> str:
         f"| {record['machine'].removesuffix(', 2 threads')}{sharing} | {_and(sorted(set(map(_options, runs))))} "
         f"| {_and(sorted(set(map(_trains_in, runs))))} | {_and(sorted(set(map(_schedule, runs))))} "
         f"| {_and(sorted(set(map(_tokens, runs))))} | {_and(sorted(set(map(_dropout, runs))))} "
+        f"| {_and(sorted(set(map(_layers, runs))))} "
         f"| {', '.join(seeds)} | {' / '.join(format(r['steps'], ',') for r in runs)} "
         f"| {bleu('val')} | {bleu('test')} | `{name}`, {record['git']['commit'][:7]} |"
     )
@@ -411,9 +428,9 @@ def ten_minutes() -> str:
     warmup = tiny["warmup_steps"]
     if round(1.8 / tiny["lr_scale"], 1) != 0.7:
         raise SystemExit(f"--lr-scale 1.8 is not 0.7 of the preset's {tiny['lr_scale']}, as the README says")
-    header = ["| CPU | options | trains in | schedule | tokens an update | P_drop | seeds | updates "
+    header = ["| CPU | options | trains in | schedule | tokens an update | P_drop | N | seeds | updates "
               "| validation sacreBLEU | test2016 sacreBLEU | record, commit |",
-              "|---|---|---|---|---|---|---|---|---|---|---|"]
+              "|---|---|---|---|---|---|---|---|---|---|---|---|"]
     moved = []
     for names in COMPARED:
         paper, plan = (_record(name) for name in names)
@@ -436,7 +453,8 @@ def ten_minutes() -> str:
             and max(paper["steps"], plan["steps"]) < warmup):
         raise SystemExit(f"{TEN_MINUTES[1:3]}: not a plan below the paper's, short of the warm-up")
     return "\n".join(header + [_ten_minutes_row(name) for name in TEN_MINUTES]
-                     + [_ten_minutes_row(*item) for item in STAND_IN.items()]) + (
+                     + [_ten_minutes_row(*item) for item in STAND_IN.items()]
+                     + [_ten_minutes_row(name, ", two runs at once") for name in SIZED]) + (
         "\n\nHow a run of `--max-minutes` alone of the `tiny` preset sets its schedule, batch and "
         "P_drop, each chosen on validation, three seeds a side (the results chapter, from [ten minutes "
         "from the plain command](book/results.md#ten-minutes-from-the-plain-command) on, shows each "
@@ -448,7 +466,7 @@ def ten_minutes() -> str:
         f"{step_budget(paper['steps'])} Where ten minutes pass the warm-up, it moved the median by "
         f"{_and(moved)}, less than either schedule's spread over seeds.\n"
         f"- **Batch:** {half_batch(paper['steps'])}\n- **P_drop:** {few_passes_dropout()}\n"
-        f"- **Together:** {together(paper['steps'])}"
+        f"- **Together:** {together(paper['steps'])}\n- **Depth:** {depth()}"
     )
 
 
@@ -755,6 +773,48 @@ def together(updates: int) -> str:
         f"together and the commands in turn, the old defaults made {min(made3):,} to {max(made3):,} (the "
         f"family-23 EPYC made {family23['seeds']['0']['steps']:,}) and the plain command scored {three} "
         f"(`..._3runs_plain.json` and `..._unfitted.json`)."
+    )
+
+
+def depth() -> str:
+    """Three layers a side against four where the budget holds fewer than FEW_UPDATES updates:
+    on the stand-in for the family-23 EPYC, three seeds side by side, and on the family-25
+    model-1 EPYC at full speed, one seed each; each part checked against the records."""
+    from transformer.runs import FEW_UPDATES  # imports torch: only here
+
+    plain, four = map(_record, SIZED)
+    if plain["git"] != four["git"] or plain["git"]["dirty"] or len(plain["seeds"]) != 3 \
+            or plain["seeds"].keys() != four["seeds"].keys():
+        raise SystemExit(f"{SIZED}: not three seeds a side at one clean commit")
+    if {_layers(r) for r in plain["seeds"].values()} != {"3"} or {_layers(r) for r in four["seeds"].values()} \
+            != {"4"} or not all("--layers 4 --seed" in r["train"] for r in four["seeds"].values()):
+        raise SystemExit(f"{SIZED}: not the plan's N=3 against --layers 4")
+    margins = [plain["seeds"][s]["val"]["bleu"] - r["val"]["bleu"] for s, r in four["seeds"].items()]
+    spans = [_val_span(r) for r in (plain, four)]
+    if not (min(margins) > 0 and statistics.median(margins) < min(spans)):
+        raise SystemExit(f"{SIZED}: N=3 not above N=4 with every seed, by less than the seeds' spread")
+    tests = [round(r["spread"]["test_bleu"]["median"], 2) for r in (four, plain)]
+    full_plain, full_four = (_record(name)["seeds"]["0"] for name in TEN_MINUTES[14:16])
+    if (_layers(full_plain), _layers(full_four)) != ("3", "4"):
+        raise SystemExit(f"{TEN_MINUTES[14:16]}: not the plan's N=3 against --layers 4")
+    full_gain = full_plain["val"]["bleu"] - full_four["val"]["bleu"]
+    screened = {name: _record(f"multi30k_en_de_standin23_{name}.json")["seeds"]["0"]["val"]["bleu"]
+                for name in ("default", "vocab4000", "tokens1024")}
+    if not max(screened["vocab4000"], screened["tokens1024"]) < screened["default"]:
+        raise SystemExit("the screening: a smaller vocabulary or batch not below the plain command")
+    made = [r["steps"] for r in four["seeds"].values()]
+    return (
+        f"a budget of fewer than {FEW_UPDATES:,} updates of the preset's model trains three layers a side, not "
+        f"four: fewer FLOPs an update where the step already runs near the CPU's peak (the results chapter "
+        f"measures both). On a stand-in for the family-23 EPYC (the family-25 model-1 EPYC, one thread a run, "
+        f"two runs at once, `--max-minutes 8.4`: four layers made {min(made):,} to {max(made):,} updates of "
+        f"2,048 tokens), three layers scored {' / '.join(f'{m:+.2f}' for m in margins)} against `--layers 4` on "
+        f"validation, seed by seed: higher with every seed, though each command's seeds spread more "
+        f"({' and '.join(f'{s:.2f}' for s in spans)}); test2016's median went from "
+        f"{tests[0]:.2f} to {tests[1]:.2f} (`{SIZED[0]}` and `..._layers4.json`). On the family-25 model-1 EPYC "
+        f"at full speed, one seed each: {full_gain:+.2f} on validation (`{TEN_MINUTES[14]}` and "
+        f"`..._layers4.json`). A smaller vocabulary and a batch halved once more each scored lower there "
+        f"(one seed each, the results chapter)."
     )
 
 

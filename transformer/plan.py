@@ -389,15 +389,15 @@ def fit_budget(config: TrainingConfig, model: TransformerConfig, fit: BudgetFit,
         else:
             why = f"{seen}, under {FEW_UPDATES:,}: halved"
         decided.append(Decision("max_tokens", half, why))
-    if fit.dropout_by_passes and "dropout" not in given:
-        lines, said = fit.dropout_by_passes, (f"{passes:.1f} passes over the data "
-                                              f"({timing.updates_a_pass:,.0f} updates each)")
-        decided.append(by_lines("dropout", fitted_dropout(passes, lines), model.dropout,
-                                passes, lines, "g", said))
-    if fit.layers_by_updates and "n_layers" not in given:
-        lines = fit.layers_by_updates
-        decided.append(by_lines("n_layers", fitted_layers(updates, lines), model.n_layers,
-                                updates, lines, ",", f"{seen} at N={model.n_layers}"))
+    if (lines := fit.dropout_by_passes) and "dropout" not in given:
+        said = (f"{passes:.1f} passes over the data ({timing.updates_a_pass:,.0f} "
+                "updates each)")
+        p = fitted_dropout(passes, lines)
+        decided.append(by_lines("dropout", p, model.dropout, passes, lines, "g", said))
+    if (lines := fit.layers_by_updates) and "n_layers" not in given:
+        n, said = fitted_layers(updates, lines), f"{seen} at N={model.n_layers}"
+        decided.append(by_lines("n_layers", n, model.n_layers, updates, lines, ",",
+                                said))
     return decided
 
 
