@@ -36,11 +36,15 @@ def _plan(corpus, seconds=None, fit=HALVE, model=None, tokens=120, shape=SHAPE, 
     planned run of minutes alone by default; `seconds`: its update's time as if timed (None: timed), for a
     decision that must not depend on this machine's speed."""
     settings = dict(RUN, data=str(corpus), max_minutes=0.01) | overrides
+    preset_data = {"max_tokens": tokens}
+    if settings["vocab_size"] is None:  # the preset's vocabulary, as a plain run's (RUN's size)
+        del settings["vocab_size"]
+        preset_data["vocab_size"] = RUN["vocab_size"]
     timer = time_first_update
     if seconds is not None:
         def timer(model_config, config):
             return replace(time_first_update(model_config, config), seconds=seconds)
-    with mock.patch.dict(SMALL_DATA["text"], max_tokens=tokens):
+    with mock.patch.dict(SMALL_DATA["text"], **preset_data):
         return make_plan("small", {**shape, **(model or {})}, timer, fit, **settings)
 
 
@@ -224,20 +228,27 @@ def test_a_budget_of_few_updates_takes_the_layers_of_its_line_and_trains_as_that
     updates = int(60 * 0.01 / 0.1)
     shape = {k: v for k, v in SHAPE.items() if k != "n_layers"}
     preset_n = TransformerConfig.small().n_layers
-    plan = _plan(tiny_corpus, seconds=0.1, fit=BudgetFit(True, (), ((updates + 1, 1), (100, 3))), shape=shape,
-                 model={"dropout": TINY.dropout})
+    lines = BudgetFit(True, (), ((updates + 1, 1), (100, 3)))
+    plan = _plan(tiny_corpus, seconds=0.1, fit=lines, shape=shape, model={"dropout": TINY.dropout},
+                 vocab_size=None)
     assert plan.model.n_layers == 1, plan.table()
     assert plan.why("n_layers") == (f"one update of 120 took 0.10 s: about {updates} in 0.01 min at "
                                     f"N={preset_n}, under {updates + 1}")
     fitted = Trainer.from_plan(plan, tmp_path / "fitted")
     assert fitted.model.config.n_layers == len(fitted.model.encoder.layers) == 1
     _assert_trains_as(fitted, tiny_corpus, tmp_path / "given", 3, replace(TINY, n_layers=1), max_tokens=60)
-    on_line = _plan(tiny_corpus, seconds=0.1, fit=BudgetFit(True, (), ((updates, 1),)), shape=shape)
+    on_line = _plan(tiny_corpus, seconds=0.1, fit=BudgetFit(True, (), ((updates, 1),)), shape=shape,
+                    vocab_size=None)
     assert on_line.model.n_layers == preset_n
     assert on_line.why("n_layers").endswith(f", {updates} or more: the model's")
-    given = _plan(tiny_corpus, seconds=0.1, fit=BudgetFit(True, (), ((updates + 1, 1),)))  # SHAPE names N=2
+    given = _plan(tiny_corpus, seconds=0.1, fit=lines, vocab_size=None)  # SHAPE names N=2
     assert given.model.n_layers == 2 and given.why("n_layers") == "given"
     assert given.training.max_tokens == 60, "the batch still fitted"
+    # the line counts updates of the preset's model at the preset's batch: a run given its batch or
+    # its vocabulary keeps the preset's N, and no line decides it
+    for other in (dict(max_tokens=120, vocab_size=None), dict(vocab_size=60)):
+        kept = _plan(tiny_corpus, seconds=0.1, fit=lines, shape=shape, **other)
+        assert kept.model.n_layers == preset_n and kept.why("n_layers") is None, other
 
 
 def test_the_tiny_presets_budget_fit_and_bad_lines():

@@ -213,6 +213,10 @@ def reader() -> str:
         raise SystemExit(f"{READER}: not a native-bf16 CPU and the family-25 EPYC standing in for the family-23")
     probes = [float(re.search(r"took ([\d.]+) s", d["why"])[1]) for run in stand_in["seeds"].values()
               for d in run["plan"]["decisions"] if d["setting"] == "max_tokens"]
+    from transformer.runs import FEW_UPDATES  # imports torch: only here
+
+    if not f23["seeds"]["0"]["steps"] < FEW_UPDATES:  # its updates of the preset's model: under the line
+        raise SystemExit(f"{TEN_MINUTES[0]}: the family-23 EPYC's ten minutes are not under the line")
     run = gpu["seeds"]["0"]
     command = "`python -m transformer train --data DIR --src en --tgt de --max-minutes 10`"
     full = f25["seeds"]["0"]
@@ -221,7 +225,8 @@ def reader() -> str:
         f"`evaluate`, gives {_reader_cpu(READER['native'])}, on an {native['machine']}.\n"
         f"- **A 2-core CPU without it** (bf16 emulated, so fp32): on the slowest CPU met, an "
         f"{f23['machine'].removesuffix(', 2 threads')}, the same command plans three layers a side and half the "
-        f"batch. On a stand-in for it, {stand_in['machine']}, two runs at once for 8.4 minutes (its update of "
+        f"batch. On a stand-in for it, {stand_in['machine']}, two runs at once for 8.4 minutes, so that it makes "
+        f"about that EPYC's updates (its update of "
         f"4,096 tokens timed at {min(probes):.2f} to {max(probes):.2f} s, where the family-23 EPYC's ten-minute "
         f"record made one every {600 / f23['seeds']['0']['steps']:.2f} s), it gives {_reader_cpu(READER['emulated'])}. "
         f"On that family-25 EPYC at full speed, 2 threads, one seed gave **{full['test']['bleu']:.2f}** "
@@ -264,8 +269,9 @@ def ledger() -> str:
         "The 10-minute command (`train --data data/multi30k --src en --tgt de --max-minutes "
         "10`, then `evaluate`) on each CPU model met since the records began to name it: "
         "*options* are what a run gave beyond it; the columns after say what it trained with, "
-        "by its commit's defaults or by those options; the rows of 1 thread are the Zen 4 "
-        "standing in for a slow CPU (the **Together** bullet below):\n\n" + ten_minutes() + "\n"
+        "by its commit's defaults or by those options; the rows of 1 thread are stand-ins for a slow "
+        "CPU: the Zen 4 (the **Together** bullet below) and the family-25 model-1 EPYC (the **Depth** "
+        "bullet):\n\n" + ten_minutes() + "\n"
     )
 
 
@@ -455,7 +461,7 @@ def ten_minutes() -> str:
     return "\n".join(header + [_ten_minutes_row(name) for name in TEN_MINUTES]
                      + [_ten_minutes_row(*item) for item in STAND_IN.items()]
                      + [_ten_minutes_row(name, ", two runs at once") for name in SIZED]) + (
-        "\n\nHow a run of `--max-minutes` alone of the `tiny` preset sets its schedule, batch and "
+        "\n\nHow a run of `--max-minutes` alone of the `tiny` preset sets its schedule, batch, depth and "
         "P_drop, each chosen on validation, three seeds a side (the results chapter, from [ten minutes "
         "from the plain command](book/results.md#ten-minutes-from-the-plain-command) on, shows each "
         "comparison and asserts each claim):\n\n"
@@ -805,15 +811,16 @@ def depth() -> str:
     made = [r["steps"] for r in four["seeds"].values()]
     return (
         f"a budget of fewer than {FEW_UPDATES:,} updates of the preset's model trains three layers a side, not "
-        f"four: fewer FLOPs an update where the step already runs near the CPU's peak (the results chapter "
-        f"measures both). On a stand-in for the family-23 EPYC (the family-25 model-1 EPYC, one thread a run, "
+        f"four: fewer FLOPs an update where the step already runs at about half of the CPU's fp32 peak (the "
+        f"results chapter measures both). On a stand-in for the family-23 EPYC (the family-25 model-1 EPYC, one thread a run, "
         f"two runs at once, `--max-minutes 8.4`: four layers made {min(made):,} to {max(made):,} updates of "
         f"2,048 tokens), three layers scored {' / '.join(f'{m:+.2f}' for m in margins)} against `--layers 4` on "
         f"validation, seed by seed: higher with every seed, though each command's seeds spread more "
         f"({' and '.join(f'{s:.2f}' for s in spans)}); test2016's median went from "
         f"{tests[0]:.2f} to {tests[1]:.2f} (`{SIZED[0]}` and `..._layers4.json`). On the family-25 model-1 EPYC "
         f"at full speed, one seed each: {full_gain:+.2f} on validation (`{TEN_MINUTES[14]}` and "
-        f"`..._layers4.json`). A smaller vocabulary and a batch halved once more each scored lower there "
+        f"`..._layers4.json`; the `--layers 4` run was slowed, so this gives the direction, not the size). "
+        f"A smaller vocabulary and a batch halved once more each scored lower there "
         f"(one seed each, the results chapter)."
     )
 

@@ -181,7 +181,8 @@ def _add_model_options(group: argparse._ArgumentGroup) -> None:
         dest="n_layers",
         type=_number(int),
         help="N, the layers of the encoder and of the decoder (paper: 6; tiny: "
-        f"{TransformerConfig.tiny().n_layers})",
+        f"{TransformerConfig.tiny().n_layers}, but 3 in a run of minutes that holds "
+        f"fewer than {FEW_UPDATES:,} updates)",
     )
     group.add_argument(
         "--dropout",

@@ -361,8 +361,9 @@ Timer = Callable[[TransformerConfig, TrainingConfig], Timing]
 
 def by_lines(setting: str, value: object, model_value: object, count: float,
              lines: tuple, spec: str, said: str) -> Decision:
-    """The decision of `setting` that (count, value) `lines` made for a budget of
-    `count`: `value`, or the model's own (None: over every line), with its reason."""
+    """The decision of `setting` for a budget of `count` (passes or updates), whose
+    line gave `value` (None: over every line, so the model's own), with the line it
+    fell under as its reason."""
     under = next((n for n, _ in lines if count < n), None)
     where = f"under {under:{spec}}" if under else f"{lines[-1][0]:{spec}} or more"
     if value is None:
@@ -370,11 +371,17 @@ def by_lines(setting: str, value: object, model_value: object, count: float,
     return Decision(setting, value, f"{said}, {where}")
 
 
+# N is drawn in updates of the preset's model at the preset's batch: a run given its N,
+# its batch or its vocabulary keeps the preset's N
+SIZED_BY = frozenset({"n_layers", "max_tokens", "vocab_size"})
+
+
 def fit_budget(config: TrainingConfig, model: TransformerConfig, fit: BudgetFit,
                timing: Timing, given: set[str]) -> list[Decision]:
     """The batch, P_drop and N of a planned run of config.max_minutes alone of `model`
     whose update of config.max_tokens takes timing.seconds (fitted_max_tokens,
-    fitted_dropout, fitted_layers), but for the settings `given` by name."""
+    fitted_dropout, fitted_layers), but for the settings `given` by name (and N also
+    for a batch or a vocabulary given: SIZED_BY)."""
     minutes, tokens = config.max_minutes, config.max_tokens
     half, updates = fitted_max_tokens(tokens, timing.seconds, minutes)
     passes = updates / timing.updates_a_pass
@@ -394,7 +401,7 @@ def fit_budget(config: TrainingConfig, model: TransformerConfig, fit: BudgetFit,
                 "updates each)")
         p = fitted_dropout(passes, lines)
         decided.append(by_lines("dropout", p, model.dropout, passes, lines, "g", said))
-    if (lines := fit.layers_by_updates) and "n_layers" not in given:
+    if (lines := fit.layers_by_updates) and not given & SIZED_BY:
         n, said = fitted_layers(updates, lines), f"{seen} at N={model.n_layers}"
         decided.append(by_lines("n_layers", n, model.n_layers, updates, lines, ",",
                                 said))
@@ -496,7 +503,7 @@ def timed_decisions(plan: RunPlan, fit: BudgetFit | None, timer: Timer | None,
         return plan.decided([projected_cost(config.max_steps, seconds, why)])
     wanted = fit and (fit.halve_batch and "max_tokens" not in given
                       or fit.dropout_by_passes and "dropout" not in given
-                      or fit.layers_by_updates and "n_layers" not in given)
+                      or fit.layers_by_updates and not given & SIZED_BY)
     if not (wanted and config.planned and config.max_steps is None
             and not config.compile):
         return plan
