@@ -252,7 +252,7 @@ def test_a_budget_of_few_updates_takes_the_layers_of_its_line_and_trains_as_that
 
 
 def test_the_tiny_presets_budget_fit_and_bad_lines():
-    assert BUDGET_FITS["tiny"] == BudgetFit(True, ((10, 0.0), (30, 0.1)), ((FEW_UPDATES, 3),))
+    assert BUDGET_FITS["tiny"] == BudgetFit(True, ((10, 0.0), (30, 0.1)), ((600, 2), (FEW_UPDATES, 3)))
     for lines in (((600, 0),), ((600, 2.5),), ((0, 3),), ((600.5, 3),), ((1200, 3), (600, 2)), ((600, True),),
                   [(600, 3)], ((600,),)):
         with pytest.raises(ValueError, match=r"layers_by_updates must be a tuple of \(updates, N\) pairs, "

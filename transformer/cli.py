@@ -176,13 +176,14 @@ def _add_model_options(group: argparse._ArgumentGroup) -> None:
     (first, low), *more = lines
     fitted = " and ".join([f"{low:g} under {first:g} passes over the data"]
                           + [f"{p:g} under {passes:g}" for passes, p in more])
+    depth = " and ".join(f"{n} under {updates:,} updates"
+                         for updates, n in BUDGET_FITS["tiny"].layers_by_updates)
     group.add_argument(
         "--layers",
         dest="n_layers",
         type=_number(int),
         help="N, the layers of the encoder and of the decoder (paper: 6; tiny: "
-        f"{TransformerConfig.tiny().n_layers}, but 3 in a run of minutes that holds "
-        f"fewer than {FEW_UPDATES:,} updates)",
+        f"{TransformerConfig.tiny().n_layers}, but {depth} in a run of minutes)",
     )
     group.add_argument(
         "--dropout",

@@ -198,7 +198,8 @@ class BudgetFit:
 
 
 BUDGET_FITS = {  # (Runs chapter)
-    "tiny": BudgetFit(True, ((10, 0.0), (30, 0.1)), ((FEW_UPDATES, 3),)),
+    "tiny": BudgetFit(True, ((10, 0.0), (30, 0.1)),
+                      ((FEW_UPDATES // 2, 2), (FEW_UPDATES, 3))),
 }
 
 
