@@ -183,8 +183,9 @@ def _and(items: Iterable[str]) -> str:
 # What a reader's machine gets from the plain commands: a CPU with native bf16 at full speed,
 # one without it (the stand-in for the slowest, the family-23 EPYC; and the family-25 model-1
 # EPYC at full speed, one seed), and one GPU
+WORDS = {2: "two", 3: "three", 4: "four"}  # N, the layers a side, in words
 READER = {"native": "multi30k_en_de_10min_cli_zen4_plain.json",
-          "emulated": "multi30k_en_de_standin23_plain.json",
+          "emulated": "multi30k_en_de_standin23_n2_plain.json",
           "gpu": "multi30k_en_de_lc_gpu.json"}
 
 
@@ -213,10 +214,14 @@ def reader() -> str:
         raise SystemExit(f"{READER}: not a native-bf16 CPU and the family-25 EPYC standing in for the family-23")
     probes = [float(re.search(r"took ([\d.]+) s", d["why"])[1]) for run in stand_in["seeds"].values()
               for d in run["plan"]["decisions"] if d["setting"] == "max_tokens"]
-    from transformer.runs import FEW_UPDATES  # imports torch: only here
+    from transformer.plan import BUDGET_FITS  # imports torch: only here
+    from transformer.runs import FEW_UPDATES, fitted_layers
 
-    if not f23["seeds"]["0"]["steps"] < FEW_UPDATES:  # its updates of the preset's model: under the line
-        raise SystemExit(f"{TEN_MINUTES[0]}: the family-23 EPYC's ten minutes are not under the line")
+    made = f23["seeds"]["0"]["steps"]  # its ten minutes' updates of the preset's model and batch
+    n = fitted_layers(made, BUDGET_FITS["tiny"].layers_by_updates)
+    if not made < FEW_UPDATES or {_layers(r) for r in stand_in["seeds"].values()} != {str(n)}:
+        raise SystemExit(f"{TEN_MINUTES[0]}, {READER['emulated']}: the family-23 EPYC's ten minutes not under "
+                         f"the line, or the stand-in not planned its N={n}")
     run = gpu["seeds"]["0"]
     command = "`python -m transformer train --data DIR --src en --tgt de --max-minutes 10`"
     full = f25["seeds"]["0"]
@@ -224,7 +229,7 @@ def reader() -> str:
         f"- **A 2-core CPU with native bf16:** {command}, then "
         f"`evaluate`, gives {_reader_cpu(READER['native'])}, on an {native['machine']}.\n"
         f"- **A 2-core CPU without it** (bf16 emulated, so fp32): on the slowest CPU met, an "
-        f"{f23['machine'].removesuffix(', 2 threads')}, the same command plans three layers a side and half the "
+        f"{f23['machine'].removesuffix(', 2 threads')}, the same command plans {WORDS[n]} layers a side and half the "
         f"batch. On a stand-in for it, {stand_in['machine']}, two runs at once for 8.4 minutes, so that it makes "
         f"about that EPYC's updates (its update of "
         f"4,096 tokens timed at {min(probes):.2f} to {max(probes):.2f} s, where the family-23 EPYC's ten-minute "
@@ -319,10 +324,13 @@ NEAR_LINE = [(f"multi30k_en_de_{steps}steps_2048_d01.json", f"multi30k_en_de_{st
 # side) or three (each command's seeds at once, in turn)
 STAND_IN = {f"multi30k_en_de_10min_cli_zen4held_{runs}runs_{name}.json": f", {word} runs at once"
             for runs, word in ((2, "two"), (3, "three")) for name in ("plain", "unfitted")}
-# The plain command, which sizes the model to its budget (three layers a side under FEW_UPDATES),
+# The plain command at 90dc34d, which sized the model to its budget (three layers a side under FEW_UPDATES),
 # against the same given the preset's --layers 4, three seeds side by side, on a stand-in for the
 # family-23 EPYC: the family-25 model-1 EPYC, one thread a run, two runs at once, 8.4 minutes
 SIZED = ["multi30k_en_de_standin23_plain.json", "multi30k_en_de_standin23_layers4.json"]
+# Then, two layers a side under half of FEW_UPDATES: the plain command (N=2 by its plan) against the
+# same given --layers 3, three seeds side by side on the same stand-in
+TWO = ["multi30k_en_de_standin23_n2_plain.json", "multi30k_en_de_standin23_n2_layers3.json"]
 # The family-25 model-1 EPYC's updates in ten minutes, as a step budget in fp32, on another CPU:
 # the paper's schedule and the plan at 0.7 of the peak, three seeds each, in turn
 STEP_BUDGET = ["multi30k_en_de_675steps_fp32_paper.json", "multi30k_en_de_675steps_fp32_planned.json"]
@@ -460,7 +468,7 @@ def ten_minutes() -> str:
         raise SystemExit(f"{TEN_MINUTES[1:3]}: not a plan below the paper's, short of the warm-up")
     return "\n".join(header + [_ten_minutes_row(name) for name in TEN_MINUTES]
                      + [_ten_minutes_row(*item) for item in STAND_IN.items()]
-                     + [_ten_minutes_row(name, ", two runs at once") for name in SIZED]) + (
+                     + [_ten_minutes_row(name, ", two runs at once") for name in SIZED + TWO]) + (
         "\n\nHow a run of `--max-minutes` alone of the `tiny` preset sets its schedule, batch, depth and "
         "P_drop, each chosen on validation, three seeds a side (the results chapter, from [ten minutes "
         "from the plain command](book/results.md#ten-minutes-from-the-plain-command) on, shows each "
@@ -782,46 +790,72 @@ def together(updates: int) -> str:
     )
 
 
-def depth() -> str:
-    """Three layers a side against four where the budget holds fewer than FEW_UPDATES updates:
-    on the stand-in for the family-23 EPYC, three seeds side by side, and on the family-25
-    model-1 EPYC at full speed, one seed each; each part checked against the records."""
-    from transformer.runs import FEW_UPDATES  # imports torch: only here
+def _paired(names: list[str], planned: int, given: int) -> tuple[list[float], list[float], list[float]]:
+    """The plain command, whose plan chose N=`planned`, against `--layers given`, three seeds
+    side by side at one clean commit: the validation margins seed by seed, each command's
+    spread over seeds, and test2016's medians (given's, planned's); checked against the records."""
+    plain, other = map(_record, names)
+    if plain["git"] != other["git"] or plain["git"]["dirty"] or len(plain["seeds"]) != 3 \
+            or plain["seeds"].keys() != other["seeds"].keys():
+        raise SystemExit(f"{names}: not three seeds a side at one clean commit")
+    if {_layers(r) for r in plain["seeds"].values()} != {str(planned)} \
+            or not all(d["why"] != "given" for r in plain["seeds"].values() for d in r["plan"]["decisions"]
+                       if d["setting"] == "n_layers") \
+            or {_layers(r) for r in other["seeds"].values()} != {str(given)} \
+            or not all(f"--layers {given} --seed" in r["train"] for r in other["seeds"].values()):
+        raise SystemExit(f"{names}: not the plan's N={planned} against --layers {given}")
+    margins = [plain["seeds"][s]["val"]["bleu"] - r["val"]["bleu"] for s, r in other["seeds"].items()]
+    spans = [_val_span(r) for r in (plain, other)]
+    if not min(margins) > 0:
+        raise SystemExit(f"{names}: N={planned} not above N={given} with every seed")
+    return margins, spans, [round(r["spread"]["test_bleu"]["median"], 2) for r in (other, plain)]
 
-    plain, four = map(_record, SIZED)
-    if plain["git"] != four["git"] or plain["git"]["dirty"] or len(plain["seeds"]) != 3 \
-            or plain["seeds"].keys() != four["seeds"].keys():
-        raise SystemExit(f"{SIZED}: not three seeds a side at one clean commit")
-    if {_layers(r) for r in plain["seeds"].values()} != {"3"} or {_layers(r) for r in four["seeds"].values()} \
-            != {"4"} or not all("--layers 4 --seed" in r["train"] for r in four["seeds"].values()):
-        raise SystemExit(f"{SIZED}: not the plan's N=3 against --layers 4")
-    margins = [plain["seeds"][s]["val"]["bleu"] - r["val"]["bleu"] for s, r in four["seeds"].items()]
-    spans = [_val_span(r) for r in (plain, four)]
-    if not (min(margins) > 0 and statistics.median(margins) < min(spans)):
-        raise SystemExit(f"{SIZED}: N=3 not above N=4 with every seed, by less than the seeds' spread")
-    tests = [round(r["spread"]["test_bleu"]["median"], 2) for r in (four, plain)]
+
+def depth() -> str:
+    """Fewer layers a side where the budget holds few updates: on the stand-in for the
+    family-23 EPYC, three layers against four and two against three, three seeds side by side
+    each, and on the family-25 model-1 EPYC at full speed, one seed each; each part checked
+    against the records."""
+    from transformer.plan import BUDGET_FITS  # imports torch: only here
+
+    (first, two), (line, three) = BUDGET_FITS["tiny"].layers_by_updates
+    if (two, three) != (2, 3):
+        raise SystemExit(f"the tiny preset's depth lines are not N=2 and N=3: {BUDGET_FITS['tiny']}")
+    margins, spans, tests = _paired(SIZED, 3, 4)
+    if not statistics.median(margins) < min(spans):
+        raise SystemExit(f"{SIZED}: N=3 above N=4 by more than the seeds' spread")
+    margins2, spans2, tests2 = _paired(TWO, 2, 3)
     full_plain, full_four = (_record(name)["seeds"]["0"] for name in TEN_MINUTES[14:16])
     if (_layers(full_plain), _layers(full_four)) != ("3", "4"):
         raise SystemExit(f"{TEN_MINUTES[14:16]}: not the plan's N=3 against --layers 4")
     full_gain = full_plain["val"]["bleu"] - full_four["val"]["bleu"]
+    said = next(d["why"] for d in full_plain["plan"]["decisions"] if d["setting"] == "n_layers")
+    projected = int(re.search(r"about ([\d,]+) in", said)[1].replace(",", ""))
+    if not first <= projected < line:
+        raise SystemExit(f"{TEN_MINUTES[14]}: its {projected:,} projected updates not between the lines")
     screened = {name: _record(f"multi30k_en_de_standin23_{name}.json")["seeds"]["0"]["val"]["bleu"]
                 for name in ("default", "vocab4000", "tokens1024")}
     if not max(screened["vocab4000"], screened["tokens1024"]) < screened["default"]:
         raise SystemExit("the screening: a smaller vocabulary or batch not below the plain command")
-    made = [r["steps"] for r in four["seeds"].values()]
+    made = [r["steps"] for r in _record(SIZED[1])["seeds"].values()]
+    signed = lambda xs: " / ".join(f"{x:+.2f}" for x in xs)  # noqa: E731
     return (
-        f"a budget of fewer than {FEW_UPDATES:,} updates of the preset's model trains three layers a side, not "
-        f"four: fewer FLOPs an update where the step already runs at about half of the CPU's fp32 peak (the "
-        f"results chapter measures both). On a stand-in for the family-23 EPYC (the family-25 model-1 EPYC, one thread a run, "
-        f"two runs at once, `--max-minutes 8.4`: four layers made {min(made):,} to {max(made):,} updates of "
-        f"2,048 tokens), three layers scored {' / '.join(f'{m:+.2f}' for m in margins)} against `--layers 4` on "
-        f"validation, seed by seed: higher with every seed, though each command's seeds spread more "
-        f"({' and '.join(f'{s:.2f}' for s in spans)}); test2016's median went from "
-        f"{tests[0]:.2f} to {tests[1]:.2f} (`{SIZED[0]}` and `..._layers4.json`). On the family-25 model-1 EPYC "
-        f"at full speed, one seed each: {full_gain:+.2f} on validation (`{TEN_MINUTES[14]}` and "
-        f"`..._layers4.json`; the `--layers 4` run was slowed, so this gives the direction, not the size). "
-        f"A smaller vocabulary and a batch halved once more each scored lower there "
-        f"(one seed each, the results chapter)."
+        f"a budget of fewer than {line:,} updates of the preset's model trains three layers a side, not "
+        f"four, and of fewer than {first:,} two: fewer FLOPs an update where the step already runs at about "
+        f"half of the CPU's fp32 peak (the results chapter measures both). On a stand-in for the family-23 "
+        f"EPYC (the family-25 model-1 EPYC, one thread a run, two runs at once, `--max-minutes 8.4`: four "
+        f"layers made {min(made):,} to {max(made):,} updates of 2,048 tokens), three layers scored "
+        f"{signed(margins)} against `--layers 4` on validation, seed by seed: higher with every seed, though "
+        f"each command's seeds spread more ({' and '.join(f'{s:.2f}' for s in spans)}); test2016's median "
+        f"went from {tests[0]:.2f} to {tests[1]:.2f} (`{SIZED[0]}` and `..._layers4.json`). Two layers then "
+        f"scored {signed(margins2)} against `--layers 3`, three more seeds side by side (spreads "
+        f"{' and '.join(f'{s:.2f}' for s in spans2)}); test2016's median went from {tests2[0]:.2f} to "
+        f"{tests2[1]:.2f} (`{TWO[0]}` and `..._layers3.json`). On the family-25 model-1 EPYC "
+        f"at full speed ({projected:,} updates of the preset's model projected: three layers), one seed each: "
+        f"three layers {full_gain:+.2f} against four "
+        f"on validation (`{TEN_MINUTES[14]}` and `..._layers4.json`; the `--layers 4` run was slowed, so "
+        f"this gives the direction, not the size). A smaller vocabulary and a batch halved once more each "
+        f"scored lower on the stand-in (one seed each, the results chapter)."
     )
 
 
