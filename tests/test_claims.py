@@ -400,3 +400,15 @@ def test_every_record_shown_rebuilt_or_transcribed_is_said_so_where_shown():
     unsaid = [f"{path.name}:{line}: {name} ({word})" for path in documents()
               for line, name, word in unsaid_how_made(path.read_text())]
     assert not unsaid, f"records shown without saying how they were made: {unsaid}"
+
+
+def test_every_record_a_page_cites_exists():
+    """A chapter's {record}`NAME` and the README's links into benchmarks/results/ name a
+    record that is there (the book's build fails on a missing one too; this says which)."""
+    cited = {(path.name, name) for path in documents()
+             for name in re.findall(r"\{record\}`([\w.-]+)`", path.read_text())}
+    cited |= {(path.name, Path(link).stem) for path in documents()
+              for link in re.findall(r"\]\((?:\.\./)?benchmarks/results/([\w.-]+\.json)", path.read_text())}
+    missing = sorted(f"{page}: {name}" for page, name in cited
+                     if not (ROOT / "benchmarks" / "results" / f"{name}.json").is_file())
+    assert not missing, f"records cited but not in benchmarks/results/: {missing}"
