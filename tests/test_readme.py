@@ -92,19 +92,54 @@ def test_the_readme_real_text_example_runs_as_pasted(tmp_path):
     assert (run / "checkpoint-00000005.pt").is_file() and (run / "checkpoint_average.pt").is_file()
 
 
-def test_the_results_open_with_three_lines_for_a_reader_and_no_table_is_wide():
-    """Issue 101: the README's results open with what the ten-minute command gives on a CPU
-    with native bf16, on one without, and the GPU recipe on one GPU, each line from its
-    record; the ledger of every CPU lives in the results chapter, so no README table has
-    more than 5 columns."""
+def test_what_you_get_is_one_table_of_four_rows_each_figure_linked_to_its_record():
+    """Issue 108: the README is a front page of at most 100 lines. What you get is one table
+    of at most four rows (a CPU with native bf16, one without, one GPU, an hour), rendered
+    from the records; each of its figures is a link to its record, and no table is wide."""
     text = (ROOT / "README.md").read_text()
-    results = text.split("\n## Results\n", 1)[1].split("\n## ", 1)[0]
-    first = re.search(r"<!-- record: (\w[\w-]*) -->\n(.*?)<!-- /record -->", results, re.S)
-    assert first[1] == "reader"
-    lines = [line for line in first[2].splitlines() if line.startswith("- **")]
-    assert [line.split("**")[1] for line in lines] == [
-        "A 2-core CPU with native bf16:", "A 2-core CPU without it", "One GPU:"]
-    assert all(re.search(r"`multi30k_en_de_\w+\.json`, commit [0-9a-f]{7}", line) for line in lines)
-    assert "precision" in first[2] and "`train` prints its plan" in first[2]
+    assert len(text.splitlines()) <= 100
+    assert len((ROOT / "tools" / "readme.py").read_text().splitlines()) <= 400
+    section = text.split("\n## What you get\n", 1)[1].split("\n## ", 1)[0]
+    (block,) = re.findall(r"<!-- record: results -->\n(.*?)<!-- /record -->", section, re.S)
+    rows = [line for line in block.splitlines() if line.startswith("|")][2:]
+    assert [row.split("|")[1].strip().split(" (")[0].split(",")[0] for row in rows] == [
+        "a 2-core CPU with native bf16", "a 2-core CPU without it", "one GPU", "a 2-core CPU"]
+    unlinked = re.sub(r"\[[^\]]*\]\(benchmarks/results/\w+\.json\)", "", block.split("\n\n")[0])
+    assert not re.findall(r"\d+\.\d+|\d+ min", unlinked), unlinked
     columns = [line.count("|") - 1 for line in text.splitlines() if line.startswith("|")]
     assert max(columns) <= 5, f"a README table of {max(columns)} columns"
+
+
+def test_the_readme_rows_are_what_its_sentences_say():
+    """What the README says of its records: the first row's CPU has native bf16 and trains
+    in it; the second ran on a stand-in without it, planned as the slowest CPU met (the
+    family-23 EPYC) plans its ten minutes; the GPU ran the plain lowercased command on one
+    GPU; the hour's seeds ran the paper's schedule, the default then, each at its own commit;
+    `make train` ran to its end on a CPU held back from its bf16."""
+    import ledger
+    from transformer.plan import BUDGET_FITS
+    from transformer.runs import fitted_layers
+
+    native, stand_in, gpu = map(readme._record, (readme.NATIVE, readme.EMULATED, readme.GPU))
+    assert "native bf16)" in native["machine"] and native["hardware"]["threads"] == 2
+    assert {ledger._trains_in(run) for run in native["seeds"].values()} == {"bf16"}
+    slowest = readme._record(ledger.TEN_MINUTES[0])
+    assert (stand_in["hardware"]["family"], slowest["hardware"]["family"]) == (25, 23)
+    assert "bf16 emulated" in stand_in["machine"] and slowest["hardware"]["threads"] == 2
+    assert {ledger._trains_in(run) for run in stand_in["seeds"].values()} == {"fp32"}
+    n = fitted_layers(slowest["seeds"]["0"]["steps"], BUDGET_FITS["tiny"].layers_by_updates)
+    assert {ledger._layers(run) for run in stand_in["seeds"].values()} == {str(n)}, (
+        "the stand-in not planned as the slowest CPU's ten minutes plan")
+    assert gpu["hardware"]["gpu_count"] == 1
+    assert all(run["train"].endswith("--lowercase --seed 0 --out runs/gpu/lc/cli-0 --overwrite")
+               for run in gpu["seeds"].values())
+    hour = [readme._record(name) for name in readme.HOUR]
+    runs = [run for record in hour for run in record["seeds"].values()]
+    assert all("--schedule" not in run["train"] and run.get("schedule", "the paper's") == "the paper's"
+               and "--lowercase --max-minutes 60 " in run["train"] for run in runs)
+    assert len({record["git"]["commit"] for record in hour}) == len(runs) == 3
+    assert {record["hardware"]["threads"] for record in hour} == {2}
+    held = readme._record(readme.FRESH_HELD)
+    assert "held back" in held["machine"] and "bf16 emulated" in readme._record(readme.FRESH_EMULATED)["machine"]
+    assert [run["returncode"] for run in held["runs"] if run["command"] == "make train"] == [0]
+    assert "native bf16" in readme._record(readme.FRESH)["machine"]

@@ -31,7 +31,7 @@ def _and(items: Iterable[str]) -> str:
 
 def ledger() -> str:
     """The ten-minute command on every CPU kind, with the bullets of what a run of minutes
-    fits (the results chapter shows it)."""
+    fits (the experiments appendix shows it)."""
     return (
         "The 10-minute command (`train --data data/multi30k --src en --tgt de --max-minutes "
         "10`, then `evaluate`) on each CPU model met since the records began to name it: "
@@ -199,7 +199,7 @@ def ten_minutes() -> str:
     assert PEAK_SHARE == 0.7, f"the planned peak is {PEAK_SHARE} of the preset's, not the 0.7 measured"
     warmup = tiny["warmup_steps"]
     assert round(1.8 / tiny["lr_scale"], 1) == 0.7, (
-        f"--lr-scale 1.8 is not 0.7 of the preset's {tiny['lr_scale']}, as the README says")
+        f"--lr-scale 1.8 is not 0.7 of the preset's {tiny['lr_scale']}, as the ledger says")
     header = ["| CPU | options | trains in | schedule | tokens an update | P_drop | N | seeds | updates "
               "| validation sacreBLEU | test2016 sacreBLEU | record, commit |",
               "|---|---|---|---|---|---|---|---|---|---|---|---|"]
@@ -231,8 +231,8 @@ def ten_minutes() -> str:
                      + [_ten_minutes_row(*item) for item in STAND_IN.items()]
                      + [_ten_minutes_row(name, ", two runs at once") for name in SIZED + TWO]) + (
         "\n\nHow a run of `--max-minutes` alone of the `tiny` preset sets its schedule, batch, depth and "
-        "P_drop, each chosen on validation, three seeds a side (the results chapter, from [ten minutes "
-        "from the plain command](book/results.md#ten-minutes-from-the-plain-command) on, shows each "
+        "P_drop, each chosen on validation, three seeds a side (this appendix, from [ten minutes "
+        "from the plain command](book/experiments.md#ten-minutes-from-the-plain-command) on, shows each "
         "comparison and asserts each claim):\n\n"
         f"- **Schedule:** planned for the updates the budget holds, to a peak of {PEAK_SHARE:g} of the "
         f"preset's (`--schedule paper` keeps the paper's). On the family-25 model-1 EPYC, whose ten "
@@ -626,7 +626,7 @@ def depth() -> str:
     return (
         f"a budget of fewer than {line:,} updates of the preset's model trains three layers a side, not "
         f"four, and of fewer than {first:,} two: fewer FLOPs an update where the step already runs at about "
-        f"half of the CPU's fp32 peak (the results chapter measures both). On a stand-in for the family-23 "
+        f"half of the CPU's fp32 peak (this appendix measures both). On a stand-in for the family-23 "
         f"EPYC (the family-25 model-1 EPYC, one thread a run, two runs at once, `--max-minutes 8.4`: four "
         f"layers made {min(made):,} to {max(made):,} updates of 2,048 tokens), three layers scored "
         f"{signed(margins)} against `--layers 4` on validation, seed by seed: higher with every seed, though "
@@ -640,7 +640,7 @@ def depth() -> str:
         f"three layers {full_gain:+.2f} against four "
         f"on validation (`{TEN_MINUTES[14]}` and `..._layers4.json`; the `--layers 4` run was slowed, so "
         f"this gives the direction, not the size). A smaller vocabulary and a batch halved once more each "
-        f"scored lower on the stand-in (one seed each, the results chapter)."
+        f"scored lower on the stand-in (one seed each, this appendix)."
     )
 
 
