@@ -111,7 +111,7 @@ def test_presets_follow_the_data_and_the_budget():
     for preset, data in (("tiny", "corpus"), ("small", "corpus"), ("tiny", "numbers")):
         with pytest.raises(ValueError, match="say when to stop"):
             make_plan(preset, data=data)
-    with pytest.raises(ValueError, match="preset must be one of small, tiny, base, big; got 'huge'"):
+    with pytest.raises(ValueError, match="preset must be one of tiny, small, base, big; got 'huge'"):
         make_plan("huge", max_steps=1)
 
 
