@@ -333,17 +333,13 @@ class Transformer(nn.Module):
             if config.share_embeddings
             else Embeddings(config.tgt_vocab_size, config.d_model)
         )
-        if config.positional == "sinusoidal":
-            self.src_positions = self.tgt_positions = SinusoidalPositionalEncoding(
-                config.d_model, config.max_len
-            )
+        positions = (config.d_model, config.max_len)
+        if config.positional == "sinusoidal":  # one table of encodings for both sides
+            shared = SinusoidalPositionalEncoding(*positions)
+            self.src_positions = self.tgt_positions = shared
         else:
-            self.src_positions = LearnedPositionalEmbedding(
-                config.d_model, config.max_len
-            )
-            self.tgt_positions = LearnedPositionalEmbedding(
-                config.d_model, config.max_len
-            )
+            self.src_positions = LearnedPositionalEmbedding(*positions)
+            self.tgt_positions = LearnedPositionalEmbedding(*positions)
         self.dropout = Dropout(config.dropout)
         self.encoder = Encoder(config)
         self.decoder = Decoder(config)
