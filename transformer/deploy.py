@@ -380,9 +380,8 @@ class OnnxModel:
         attention weights (rows, h, n); the state's caches move on."""
         inputs = [np.array([[t] for t in tokens], dtype=np.int64), state["source"],
                   state["memory"], rows, *state["past"], *state["cross"]]
-        names = self.meta["step_inputs"]
-        log_probs, attention, *state["past"] = self.step.run(None,
-                                                             dict(zip(names, inputs)))
+        feeds = dict(zip(self.meta["step_inputs"], inputs))
+        log_probs, attention, *state["past"] = self.step.run(None, feeds)
         return log_probs, attention
 
     def greedy(self, src: list[int]) -> tuple[list[int], np.ndarray]:
@@ -425,6 +424,8 @@ class OnnxModel:
 
 
 DECODING_KEYS = ("beam_size", "alpha", "extra_len")  # model.json's: DECODING's
+
+
 ONE_ROW = np.zeros(1, np.int64)  # the row a one-row search continues
 
 
