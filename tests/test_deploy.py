@@ -25,6 +25,7 @@ from transformer import (
 )
 from transformer.attention import padding_mask
 from transformer.cli import main
+from transformer.decoding import DECODING
 from transformer.deploy import _check_dynamic, onnx_threads, quantize_export
 from transformer.embeddings import Embeddings
 from transformer.tokenizer import BOS, EOS, PAD
@@ -199,6 +200,39 @@ def test_model_json_says_how_to_drive_the_graphs(exported):
         assert [o.name for o in graph.output] == meta[f"{name}_outputs"]
     assert sorted(p.name for p in folder.iterdir()) == ["encoder.onnx", "maps.onnx", "model.json", "step.onnx",
                                                         "tokenizer.json"]
+
+
+def test_model_json_carries_the_decoding_defaults_that_the_searches_read(exported, tmp_path):
+    """model.json holds DECODING's beam size, alpha and extra_len (the page types none of its
+    own); OnnxTranslator's searches default to them; a model.json without them is refused
+    with what to do."""
+    model, tokenizer, folder, _ = exported
+    meta = json.loads((folder / "model.json").read_text())
+    assert {k: meta[k] for k in ("beam_size", "alpha", "extra_len")} == {
+        "beam_size": DECODING.beam_size, "alpha": DECODING.alpha, "extra_len": DECODING.extra_len}
+    edited = tmp_path / "edited"
+    shutil.copytree(folder, edited)
+    (edited / "model.json").write_text(json.dumps({**meta, "beam_size": 2, "alpha": 0.0}))
+    translator = OnnxTranslator(edited)
+    trace = translator.trace(SENTENCES[0])
+    assert (trace.beam_size, trace.alpha) == (2, 0.0)
+    assert translator.translate(SENTENCES[:6], beam_size=2) == translate(
+        model, tokenizer, SENTENCES[:6], beam_size=2, alpha=0.0)
+    for key in ("beam_size", "alpha", "extra_len"):
+        (edited / "model.json").write_text(json.dumps({k: v for k, v in meta.items() if k != key}))
+        with pytest.raises(ValueError, match=f"has no {key} .*older version.*export the model again"):
+            OnnxTranslator(edited)
+
+
+def test_the_shipped_page_models_carry_the_decoding_defaults():
+    """The models the book ships (web/models) are read by the page, which types no decoding
+    default of its own: each model.json has DECODING's."""
+    folders = sorted((Path(__file__).resolve().parent.parent / "web" / "models").iterdir())
+    assert folders, "the book ships a model"
+    for folder in folders:
+        meta = json.loads((folder / "model.json").read_text())
+        assert (meta["beam_size"], meta["alpha"], meta["extra_len"]) == (
+            DECODING.beam_size, DECODING.alpha, DECODING.extra_len), folder.name
 
 
 def test_a_graph_with_a_fixed_size_is_refused(tmp_path):

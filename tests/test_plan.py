@@ -1,8 +1,12 @@
 """Tests of transformer/plan.py (book/plan.md): one plan a run, decided before its first update,
 printed, saved and read back; the Trainer that runs it and changes none of it."""
 
+import ast
 import json
+import re
+from collections import Counter
 from dataclasses import asdict, replace
+from pathlib import Path
 from unittest import mock
 
 import pytest
@@ -111,7 +115,7 @@ def test_presets_follow_the_data_and_the_budget():
     for preset, data in (("tiny", "corpus"), ("small", "corpus"), ("tiny", "numbers")):
         with pytest.raises(ValueError, match="say when to stop"):
             make_plan(preset, data=data)
-    with pytest.raises(ValueError, match="preset must be one of small, tiny, base, big; got 'huge'"):
+    with pytest.raises(ValueError, match="preset must be one of tiny, small, base, big; got 'huge'"):
         make_plan("huge", max_steps=1)
 
 
@@ -399,3 +403,135 @@ def test_a_data_change_stays_in_the_plan_after_a_later_resume(tiny_corpus, tmp_p
     again = Trainer.resume(tmp_path / "run" / "checkpoint-00000003.pt", max_steps=4)
     assert again.plan.why("data_check") == "checkpoint-00000003.pt: the same fingerprints"
     assert again.plan.why("data_check changed at step 2") == went_on.plan.why("data_check")
+
+
+# Each distinctive default is typed once in transformer/ and web/ (issue 110). The
+# places where one of these numbers is typed on purpose, each with why; a count that
+# differs fails, so a new copy is caught and a stale entry goes.
+DISTINCTIVE = {25000, 37000, 4000, 0.7, 0.2, 0.6}  # 0.6: DECODING.alpha
+NUMBER = r"(?<![\w.$])(?:25[,_]?000|37[,_]?000|4[,_]?000|0\.7|0\.2|0\.6)(?![\w.])"
+# the decoding defaults, where a name is bound to them: beam 4, alpha 0.6, extra_len 50
+DECODING_NAMES = [(r"k|beam|beam_?size|beamSize", 4), (r"alpha", 0.6),
+                  (r"extra_?len|extraLen", 50)]
+ALLOWED = {
+    ("transformer/presets.py", "37000"): (1, "PAPER.vocab_size, its one place"),
+    ("transformer/presets.py", "25000"): (1, "PAPER.max_tokens, its one place"),
+    ("transformer/presets.py", "4000"): (2, "PAPER.warmup_steps; and the small preset's "
+                                            "batch on real text, another setting"),
+    ("transformer/presets.py", "0.2"): (1, "Table 3's row (D), P_drop=0.2"),
+    ("transformer/presets.py", "'0.2' in a string"): (1, "that row's label"),
+    ("transformer/runs.py", "0.7"): (1, "PEAK_SHARE, the planned schedule's peak"),
+    ("transformer/runs.py", "0.2"): (1, "FALL_SHARE, the planned schedule's last fifth"),
+    ("transformer/decoding.py", "beam_size=4"): (1, "DECODING, the decoding defaults"),
+    ("transformer/decoding.py", "alpha=0.6"): (1, "DECODING"),
+    ("transformer/decoding.py", "0.6"): (1, "DECODING.alpha's number"),
+    ("transformer/decoding.py", "extra_len=50"): (1, "DECODING"),
+    ("transformer/figures.py", "0.7"): (1, "a line's width in Figure 1"),
+    ("transformer/figures.py", "0.2"): (2, "labels' offsets in Figure 1"),
+    ("transformer/figures.py", "0.6"): (1, "a box's height in Figure 1"),
+    ("transformer/explorer.js", "0.7"): (3, "a label's place in a cell, 0.7 of its side"),
+    ("web/page.js", "0.7"): (1, "a label's place in a cell of the map"),
+    ("web/page.js", "0.6"): (1, "the CSS opacity of a disabled button"),
+}
+
+
+def _python_literals(text: str) -> Counter:
+    """The distinctive numbers typed in Python code (not in docstrings or comments): as
+    numbers, inside strings (help texts, messages; and the word "fifth"), and the
+    decoding defaults bound to their names (a default, a keyword, an assignment, a
+    dict's key)."""
+    tree = ast.parse(text)
+    docstrings = {id(node.body[0].value) for node in ast.walk(tree)
+                  if isinstance(node, (ast.Module, ast.ClassDef, ast.FunctionDef))
+                  and node.body and isinstance(node.body[0], ast.Expr)
+                  and isinstance(node.body[0].value, ast.Constant)}
+    found, bound = Counter(), []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Constant) and id(node) not in docstrings:
+            value = node.value
+            if isinstance(value, str):
+                for hit in re.findall(NUMBER, value) + re.findall(r"\bfifths?\b", value, re.I):
+                    found[f"{hit!r} in a string"] += 1
+                found.update(_bound_in_text(value))
+            elif not isinstance(value, bool) and value in DISTINCTIVE:
+                found[repr(value)] += 1
+        if isinstance(node, ast.arguments):
+            positional = node.posonlyargs + node.args
+            bound += zip([a.arg for a in positional[len(positional) - len(node.defaults):]],
+                         node.defaults)
+            bound += [(a.arg, d) for a, d in zip(node.kwonlyargs, node.kw_defaults) if d]
+        elif isinstance(node, ast.keyword) and node.arg:
+            bound.append((node.arg, node.value))
+        elif isinstance(node, (ast.AnnAssign, ast.Assign)) and node.value is not None:
+            targets = node.targets if isinstance(node, ast.Assign) else [node.target]
+            bound += [(t.id, node.value) for t in targets if isinstance(t, ast.Name)]
+        elif isinstance(node, ast.Dict):
+            bound += [(k.value, v) for k, v in zip(node.keys, node.values)
+                      if isinstance(k, ast.Constant) and isinstance(k.value, str)]
+    for name, value in bound:
+        for names, default in DECODING_NAMES:
+            if (re.fullmatch(names, name) and isinstance(value, ast.Constant)
+                    and not isinstance(value.value, bool) and value.value == default):
+                found[f"{name}={value.value!r}"] += 1
+    return found
+
+
+def _bound_in_text(text: str) -> Counter:
+    """The decoding defaults after their names in code or prose: k = 4, alpha: 0.6."""
+    found = Counter()
+    for names, default in DECODING_NAMES:
+        for name in re.findall(rf"\b({names})\s*[=:]?\s*{default}(?![\w.])", text):
+            found[f"{name}={default}"] += 1
+    return found
+
+
+def _javascript_literals(text: str) -> Counter:
+    """The distinctive numbers as tokens of JavaScript outside comments (strings
+    included: labels are checked too), "fifth", the decoding defaults after their names
+    and a beam of 4 as a string ("4")."""
+    text = re.sub(r"/\*.*?\*/", "", text, flags=re.S)
+    text = re.sub(r"(^|[^:\\])//[^\n]*", r"\1", text)  # comments, not https://
+    found = Counter(re.findall(NUMBER, text) + re.findall(r"\bfifths?\b", text, re.I))
+    found.update(_bound_in_text(text))
+    found.update(f"{hit} as a string" for hit in re.findall(r"""["']4["']""", text))
+    return found
+
+
+def test_the_literal_scanner_finds_each_kind_of_copy():
+    """The scanners below see what they are for, and not what they are not."""
+    python = '''
+def f(x, beam_size=4, alpha=0.6):
+    """25000 in a docstring is prose."""
+    help = f"(paper: 25000; the last fifth, k = 4)"  # 37000 in a comment: not code
+    return g(extra_len=50, rate=0.7, log_every=50, heads=4)
+'''
+    assert _python_literals(python) == Counter({
+        "beam_size=4": 1, "alpha=0.6": 1, "0.6": 1, "'25000' in a string": 1,
+        "'fifth' in a string": 1, "k=4": 1, "extra_len=50": 1, "0.7": 1})
+    js = 'const url = "https://x"; // k = 4\nfunction b(k = 4, alpha = 0.6) { return 0.65 * 2; }\n'
+    js += 'el({ value: "4" }, "beam, k = 4"); /* 0.7 */ x = 25000;'
+    assert _javascript_literals(js) == Counter({
+        "k=4": 2, "alpha=0.6": 1, "0.6": 1, '"4" as a string': 1, "25000": 1})
+
+
+def test_each_distinctive_default_is_typed_in_one_place():
+    """25000, 37000, 4000 (the paper's batch, vocabulary and warm-up), the planned
+    schedule's 0.7 and last fifth (0.2), and the decoding defaults (beam 4, alpha 0.6,
+    extra_len 50) are typed as code only in their one place in transformer/ and web/
+    (ALLOWED says each place and why); the rest read them (PAPER, PRESETS, PEAK_SHARE,
+    FALL_SHARE, DECODING, model.json)."""
+    root = Path(__file__).resolve().parent.parent
+    found = {}
+    for path in sorted((root / "transformer").glob("*.py")):
+        for what, n in _python_literals(path.read_text()).items():
+            found[(path.relative_to(root).as_posix(), what)] = n
+    for path in sorted([*(root / "transformer").glob("*.js"), *(root / "web").glob("*.js")]):
+        for what, n in _javascript_literals(path.read_text()).items():
+            found[(path.relative_to(root).as_posix(), what)] = n
+    typed = [f"{path}: {what} x{n} (allowed: {ALLOWED.get((path, what), (0,))[0]})"
+             for (path, what), n in found.items() if ALLOWED.get((path, what), (0,))[0] != n]
+    stale = [f"{path}: {what}" for path, what in ALLOWED if (path, what) not in found]
+    assert not typed, "distinctive defaults typed outside their one place (read them " \
+        "from PAPER, PRESETS, runs' PEAK_SHARE/FALL_SHARE, DECODING or model.json, or " \
+        f"say why in ALLOWED): {typed}"
+    assert not stale, f"ALLOWED names places that no longer type the value: {stale}"

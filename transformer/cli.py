@@ -30,16 +30,18 @@ from transformer.decoding import DECODING, translate
 from transformer.deploy import export_onnx
 from transformer.devices import pick_device
 from transformer.evaluation import evaluate
-from transformer.model import PRESETS, TransformerConfig
+from transformer.model import TransformerConfig
 from transformer.plan import (
     BUDGET_FITS,
     GPU_TEXT_STEPS,
+    SCHEDULES,
     Timing,
     TrainingConfig,
     final_average,
     make_plan,
 )
-from transformer.runs import FEW_UPDATES
+from transformer.presets import PAPER, PRESETS
+from transformer.runs import FALL_SHARE, FEW_UPDATES, PEAK_SHARE
 from transformer.tokenizer import lowercases
 from transformer.trainer import Trainer, time_first_update
 from transformer.utils import __version__
@@ -99,7 +101,7 @@ def _add_train(commands: argparse._SubParsersAction) -> None:
     )
     train.add_argument(
         "--preset",
-        choices=PRESETS,
+        choices=list(PRESETS),
         help="model and training preset (default: small on the embedded corpus, "
         "tiny on real text)",
     )
@@ -178,28 +180,30 @@ def _add_model_options(group: argparse._ArgumentGroup) -> None:
                           + [f"{p:g} under {passes:g}" for passes, p in more])
     depth = " and ".join(f"{n} under {updates:,} updates"
                          for updates, n in BUDGET_FITS["tiny"].layers_by_updates)
+    paper, tiny = TransformerConfig.base(), TransformerConfig.tiny()
     group.add_argument(
         "--layers",
         dest="n_layers",
         type=_number(int),
-        help="N, the layers of the encoder and of the decoder (paper: 6; tiny: "
-        f"{TransformerConfig.tiny().n_layers}, but {depth} in a run of minutes)",
+        help=f"N, the layers of the encoder and of the decoder (paper: "
+        f"{paper.n_layers}; tiny: {tiny.n_layers}, but {depth} in a run of minutes)",
     )
     group.add_argument(
         "--dropout",
         type=_probability,
-        help="P_drop of the sub-layers (paper: 0.1; tiny: "
-        f"{TransformerConfig.tiny().dropout:g}, but {fitted} in a run of minutes)",
+        help=f"P_drop of the sub-layers (paper: {paper.dropout:g}; tiny: "
+        f"{tiny.dropout:g}, but {fitted} in a run of minutes)",
     )
     group.add_argument(
         "--attention-dropout",
         type=_probability,
-        help="dropout on the attention weights (paper: 0)",
+        help=f"dropout on the attention weights (paper: {paper.attention_dropout:g})",
     )
     group.add_argument(
         "--activation-dropout",
         type=_probability,
-        help="dropout on the FFN's hidden activations (paper: 0)",
+        help="dropout on the FFN's hidden activations (paper: "
+        f"{paper.activation_dropout:g})",
     )
     group.add_argument(
         "--pre-ln",
@@ -231,7 +235,8 @@ def _add_schedule_options(group: argparse._ArgumentGroup) -> None:
         "--max-tokens",
         type=_number(int),
         help="tokens per update and side, over all processes and accumulated batches "
-        "(paper: 25000; the preset's by default, which tiny halves for a run of "
+        f"(paper: {PAPER.max_tokens}; the preset's by default, which tiny halves for "
+        "a run of "
         f"minutes whose budget holds fewer than {FEW_UPDATES:,} updates of it)",
     )
     group.add_argument(
@@ -248,7 +253,7 @@ def _add_schedule_options(group: argparse._ArgumentGroup) -> None:
     group.add_argument(
         "--warmup-steps",
         type=_number(int),
-        help="warm-up steps of the schedule (paper: 4000)",
+        help=f"warm-up steps of the schedule (paper: {PAPER.warmup_steps})",
     )
     group.add_argument(
         "--lr-scale",
@@ -263,12 +268,14 @@ def _add_schedule_options(group: argparse._ArgumentGroup) -> None:
     )
     group.add_argument(
         "--schedule",
-        choices=["paper", "planned"],
+        choices=SCHEDULES,
         help="the rate's schedule: the paper's, or planned for the budget (warm-up "
-        "to 0.7 of the paper's peak, held, a fall to 0 over its last fifth); "
+        f"to {PEAK_SHARE:g} of the paper's peak, held, a fall to 0 over the last "
+        f"{FALL_SHARE:g} of the budget); "
         "default: planned for --max-minutes alone without --cooldown, else the paper's",
     )
-    group.add_argument("--label-smoothing", type=float, help="epsilon_ls (paper: 0.1)")
+    group.add_argument("--label-smoothing", type=float,
+                       help=f"epsilon_ls (paper: {TrainingConfig.label_smoothing:g})")
 
 
 def _add_run_options(group: argparse._ArgumentGroup) -> None:
@@ -291,7 +298,8 @@ def _add_run_options(group: argparse._ArgumentGroup) -> None:
     group.add_argument(
         "--checkpoint-minutes",
         type=_number(float),
-        help="write a checkpoint every N minutes (paper: 10)",
+        help="write a checkpoint every N minutes (paper: "
+        f"{PAPER.checkpoint_minutes:g})",
     )
     group.add_argument(
         "--checkpoint-every",
@@ -305,7 +313,8 @@ def _add_run_options(group: argparse._ArgumentGroup) -> None:
         "--average-last",
         type=_number(int),
         help="the final model averages the newest N checkpoints of the run's last "
-        "third (default 5, the paper's; after a --cooldown or a planned schedule, 1: "
+        f"third (default {PAPER.average_last}, the paper's; after a --cooldown or a "
+        "planned schedule, 1: "
         "the newest checkpoint)",
     )
 
@@ -454,7 +463,8 @@ def _add_use(commands: argparse._SubParsersAction) -> None:
     average = commands.add_parser(
         "average",
         help="average the weights of checkpoints of one run",
-        description="Average checkpoints (the paper: the last 5 for base, 20 for big). "
+        description=f"Average checkpoints (the paper: the last {PAPER.average_last} "
+        f"for base, {PRESETS['big'].training['keep_checkpoints']} for big). "
         "Examples:\n"
         "  python -m transformer average runs/base/checkpoint-*.pt "
         "--out runs/base/average.pt\n"

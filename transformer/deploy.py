@@ -275,6 +275,7 @@ def export_onnx(
             "max_len": config.max_len, "n_layers": n_layers, "n_heads": config.n_heads,
             "d_k": d_k, "d_v": d_v, "vocab_size": config.tgt_vocab_size,
             "lowercase": lowercases(tokenizer), "extra_len": DECODING.extra_len,
+            "beam_size": DECODING.beam_size, "alpha": DECODING.alpha,
             "weights": "int8" if int8 else "float32", **names,
             "about": about or {},
         }
@@ -320,8 +321,12 @@ def onnx_threads(threads: int | None) -> int:
     return threads
 
 
-class OnnxTranslator:
-    """Greedy translation with the files of export_onnx and onnxruntime (no torch)."""
+class OnnxModel:
+    """An exported model in onnxruntime (no torch): the sessions of export_onnx's
+    graphs, model.json (self.meta) and the tokenizer; the steps every search is made
+    of (start, decode_step, limit); greedy decoding, the log P of an output, and every
+    attention weight (attention_maps). OnnxTranslator adds beam search and its
+    trace."""
 
     def __init__(self, folder: str | Path, threads: int | None = None):
         """threads: onnxruntime's threads within an operator; None: $OMP_NUM_THREADS
@@ -336,6 +341,9 @@ class OnnxTranslator:
                 f"{folder} holds no model.json: not an exported model (python -m "
                 "transformer export writes one)")
         self.meta = json.loads(meta.read_text())
+        if missing := [k for k in DECODING_KEYS if k not in self.meta]:
+            raise ValueError(f"{meta} has no {', '.join(missing)} (written by an "
+                             "older version): export the model again")
         self.tokenizer = Tokenizer.from_file(str(folder / "tokenizer.json"))
         options = onnxruntime.SessionOptions()
         options.intra_op_num_threads = onnx_threads(threads)
@@ -348,30 +356,87 @@ class OnnxTranslator:
             str(maps), options, providers=["CPUExecutionProvider"]
         ) if maps.is_file() else None
 
+    def limit(self, src: list[int]) -> int:
+        """The most output tokens for source ids `src`: its length + extra_len, at most
+        max_len."""
+        return min(len(src) + self.meta["extra_len"], self.meta["max_len"])
+
+    def start(self, src: list[int], k: int = 1) -> dict[str, np.ndarray | list]:
+        """The encoder, run once on source ids `src`, and what k rows of decoding
+        steps read: the source (k, n), memory and each layer's encoder-decoder keys and
+        values (k rows each), and empty caches (k, h, 0, d_k)."""
+        m = self.meta
+        source = np.repeat(np.array([src], dtype=np.int64), k, 0)
+        encoded = self.encoder.run(None, {"src": source[:1]})
+        memory, *cross = (np.repeat(x, k, 0) for x in encoded)
+        past = [np.zeros((k, m["n_heads"], 0, d), np.float32)
+                for d in (m["d_k"], m["d_v"]) * m["n_layers"]]
+        return {"source": source, "memory": memory, "cross": cross, "past": past}
+
+    def decode_step(self, state: dict, tokens: list[int], rows: np.ndarray
+                    ) -> tuple[np.ndarray, np.ndarray]:
+        """One step of the step graph: row i reads token tokens[i] and continues the
+        cached row rows[i]. Returns the log-probabilities (rows, vocab) and the
+        attention weights (rows, h, n); the state's caches move on."""
+        inputs = [np.array([[t] for t in tokens], dtype=np.int64), state["source"],
+                  state["memory"], rows, *state["past"], *state["cross"]]
+        feeds = dict(zip(self.meta["step_inputs"], inputs))
+        log_probs, attention, *state["past"] = self.step.run(None, feeds)
+        return log_probs, attention
+
     def greedy(self, src: list[int]) -> tuple[list[int], np.ndarray]:
         """Output ids of source ids `src` (ending in <eos>), without <bos> and <eos>,
         and the attention weights of each output step (steps, h, n)."""
-        m = self.meta
-        source = np.array([src], dtype=np.int64)
-        memory, *cross = self.encoder.run(None, {"src": source})
-        past = [np.zeros((1, m["n_heads"], 0, d), np.float32)
-                for d in (m["d_k"], m["d_v"]) * m["n_layers"]]
-        names = m["step_inputs"]
-        tokens, weights = [m["bos_id"]], []
-        for _ in range(min(len(src) + m["extra_len"], m["max_len"])):
-            inputs = [np.array([[tokens[-1]]]), source, memory, np.zeros(1, np.int64),
-                      *past, *cross]
-            log_probs, attention, *past = self.step.run(None, dict(zip(names, inputs)))
+        state, tokens, weights = self.start(src), [self.meta["bos_id"]], []
+        for _ in range(self.limit(src)):
+            log_probs, attention = self.decode_step(state, tokens[-1:], ONE_ROW)
             weights.append(attention[0])
             token = int(log_probs[0].argmax())
-            if token == m["eos_id"]:
+            if token == self.meta["eos_id"]:
                 break
             tokens.append(token)
         return tokens[1:], np.stack(weights)
 
+    def log_prob(self, src: list[int], ids: list[int]) -> np.float32:
+        """log P of output ids `ids` (through <eos> if it ends) for source ids `src`."""
+        state, total, previous = self.start(src), np.float32(0), self.meta["bos_id"]
+        for token in ids:
+            log_probs, _ = self.decode_step(state, [previous], ONE_ROW)
+            total, previous = total + log_probs[0, token], token
+        return total
+
+    def attention_maps(
+        self, src: list[int], output: list[int]
+    ) -> dict[str, np.ndarray]:
+        """Every attention weight of the model reading source ids `src` and,
+        teacher-forced, `output` (both ending in <eos>): attention_weights's keys, each
+        (h, queries, keys)."""
+        if self.maps is None:
+            raise FileNotFoundError("this folder has no maps.onnx (exported by an "
+                                    "older version): export the model again")
+        tgt = [self.meta["bos_id"], *output[:-1]]  # the decoder reads output, shifted
+        inputs = {"src": np.array([src], np.int64), "tgt": np.array([tgt], np.int64)}
+        encoder, decoder, cross = (w[0] for w in self.maps.run(None, inputs))
+        maps = {f"encoder.{i}.self": w for i, w in enumerate(encoder)}
+        for i, (own, other) in enumerate(zip(decoder, cross)):
+            maps.update({f"decoder.{i}.self": own, f"decoder.{i}.cross": other})
+        return maps
+
+
+DECODING_KEYS = ("beam_size", "alpha", "extra_len")  # model.json's: DECODING's
+
+
+ONE_ROW = np.zeros(1, np.int64)  # the row a one-row search continues
+
+
+class OnnxTranslator(OnnxModel):
+    """Translation with an exported model: sentences in, sentences out (translate),
+    greedy or by beam search (beam), and the search of one sentence traced step by
+    step (trace). The search's defaults, beam_size and alpha, are model.json's (export
+    writes DECODING's)."""
+
     def translate(
-        self, sentences: Sequence[str], beam_size: int = 1,
-        alpha: float = DECODING.alpha,
+        self, sentences: Sequence[str], beam_size: int = 1, alpha: float | None = None,
     ) -> list[str]:
         """Translations of `sentences`, in their order: greedy (beam_size=1), or
         beam search (see beam)."""
@@ -381,26 +446,25 @@ class OnnxTranslator:
         return [self.tokenizer.decode(self.beam(ids, beam_size, alpha)[0])
                 for ids in encoded]
 
+    def decoding(self, beam_size: int | None, alpha: float | None) -> tuple[int, float]:
+        """beam_size and alpha, model.json's where None."""
+        return (self.meta["beam_size"] if beam_size is None else beam_size,
+                self.meta["alpha"] if alpha is None else alpha)
+
     def beam(
-        self, src: list[int], beam_size: int = DECODING.beam_size,
-        alpha: float = DECODING.alpha, trace: BeamTrace | None = None,
+        self, src: list[int], beam_size: int | None = None, alpha: float | None = None,
+        trace: BeamTrace | None = None,
     ) -> tuple[list[int], np.ndarray]:
         """beam_search's best hypothesis for source ids `src`: its ids without <bos> and
-        <eos>, and its attention weights (steps, h, n); trace records each step."""
-        m, k, names = self.meta, beam_size, self.meta["step_inputs"]
-        limit = min(len(src) + m["extra_len"], m["max_len"])
-        source = np.repeat(np.array([src], dtype=np.int64), k, 0)
-        encoded = self.encoder.run(None, {"src": source[:1]})
-        memory, *cross = (np.repeat(x, k, 0) for x in encoded)
-        past = [np.zeros((k, m["n_heads"], 0, d), np.float32)
-                for d in (m["d_k"], m["d_v"]) * m["n_layers"]]
+        <eos>, and its attention weights (steps, h, n); trace records each step.
+        beam_size and alpha: model.json's where None."""
+        (k, alpha), m = self.decoding(beam_size, alpha), self.meta
+        limit, state = self.limit(src), self.start(src, k)
         alive, history = [[m["bos_id"]]] * k, [[]] * k
         alive_logp = np.array([0.0] + [-np.inf] * (k - 1), np.float32)  # as torch sums
         rows, done = np.arange(k), []  # done: (score, ids, weights, log P), best first
         for t in range(1, limit + 1):
-            inputs = [np.array([[a[-1]] for a in alive]), source, memory, rows, *past,
-                      *cross]
-            log_probs, attention, *past = self.step.run(None, dict(zip(names, inputs)))
+            log_probs, attention = self.decode_step(state, [a[-1] for a in alive], rows)
             candidates = (alive_logp[:, None] + log_probs).ravel()
             top = np.argsort(-candidates, kind="stable")[: 2 * k]
             logp, (row, token) = candidates[top], divmod(top, log_probs.shape[1])
@@ -428,54 +492,22 @@ class OnnxTranslator:
         return (ids[:-1] if ids[-1] == m["eos_id"] else ids), weights
 
     def trace(
-        self, sentence: str, beam_size: int = DECODING.beam_size,
-        alpha: float = DECODING.alpha,
+        self, sentence: str, beam_size: int | None = None, alpha: float | None = None,
     ) -> BeamTrace:
-        """beam's trace of `sentence` (one string), greedy's output beside it."""
+        """beam's trace of `sentence` (one string), greedy's output beside it (beam_size
+        and alpha: model.json's where None)."""
         if not isinstance(sentence, str):
             raise TypeError(
                 f"sentence must be one string; got {type(sentence).__name__}")
+        beam_size, alpha = self.decoding(beam_size, alpha)
         src = encode_sources(self.tokenizer, [sentence], self.meta["max_len"])[0]
         trace = BeamTrace(src, beam_size, alpha, self.tokenizer.id_to_token)
         self.beam(src, beam_size, alpha, trace)
         greedy = self.greedy(src)[0]  # without its <eos>, unless cut at the limit
-        limit = min(len(src) + self.meta["extra_len"], self.meta["max_len"])
-        trace.greedy = greedy + [self.meta["eos_id"]] * (len(greedy) < limit)
+        trace.greedy = greedy + [self.meta["eos_id"]] * (len(greedy) < self.limit(src))
         penalty = length_penalty(len(trace.greedy), alpha)
         trace.greedy_score = float(self.log_prob(src, trace.greedy) / penalty)
         return trace
-
-    def log_prob(self, src: list[int], ids: list[int]) -> np.float32:
-        """log P of output ids `ids` (through <eos> if it ends) for source ids `src`."""
-        m, names = self.meta, self.meta["step_inputs"]
-        source = np.array([src], dtype=np.int64)
-        memory, *cross = self.encoder.run(None, {"src": source})
-        past = [np.zeros((1, m["n_heads"], 0, d), np.float32)
-                for d in (m["d_k"], m["d_v"]) * m["n_layers"]]
-        total, previous = np.float32(0), m["bos_id"]
-        for token in ids:
-            inputs = [np.array([[previous]]), source, memory, np.zeros(1, np.int64),
-                      *past, *cross]
-            log_probs, _, *past = self.step.run(None, dict(zip(names, inputs)))
-            total, previous = total + log_probs[0, token], token
-        return total
-
-    def attention_maps(
-        self, src: list[int], output: list[int]
-    ) -> dict[str, np.ndarray]:
-        """Every attention weight of the model reading source ids `src` and,
-        teacher-forced, `output` (both ending in <eos>): attention_weights's keys, each
-        (h, queries, keys)."""
-        if self.maps is None:
-            raise FileNotFoundError("this folder has no maps.onnx (exported by an "
-                                    "older version): export the model again")
-        tgt = [self.meta["bos_id"], *output[:-1]]  # the decoder reads output, shifted
-        inputs = {"src": np.array([src], np.int64), "tgt": np.array([tgt], np.int64)}
-        encoder, decoder, cross = (w[0] for w in self.maps.run(None, inputs))
-        maps = {f"encoder.{i}.self": w for i, w in enumerate(encoder)}
-        for i, (own, other) in enumerate(zip(decoder, cross)):
-            maps.update({f"decoder.{i}.self": own, f"decoder.{i}.cross": other})
-        return maps
 
 
 __all__ = [
@@ -487,5 +519,6 @@ __all__ = [
     'export_onnx',
     'quantize_export',
     'onnx_threads',
+    'OnnxModel',
     'OnnxTranslator',
 ]

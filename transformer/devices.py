@@ -165,10 +165,14 @@ def default_compile(device: torch.device, precision: str = "fp32") -> tuple[bool
     return True, "CUDA: fused kernels repay the compile within minutes"
 
 
+PAD_MULTIPLE = 8  # tensor cores work in multiples of 8; so do packed rows' tiles
+
+
 def default_pad_multiple(compiled: bool) -> int:
-    """Pad batch lengths to a multiple of 8 for a compiled step (fewer shapes to compile
-    for, and tensor cores work in multiples of 8); not at all otherwise."""
-    return 8 if compiled else 1
+    """Pad batch lengths to a multiple of PAD_MULTIPLE for a compiled step (fewer
+    shapes to compile for, and tensor cores work in multiples of 8); not at all
+    otherwise."""
+    return PAD_MULTIPLE if compiled else 1
 
 
 def default_pin_memory(device: torch.device) -> bool:

@@ -25,6 +25,7 @@ from transformer.positional import (
     SinusoidalPositionalEncoding,
     segment_positions,
 )
+from transformer.presets import PAPER, PRESETS, TABLE3
 
 
 @dataclass
@@ -40,8 +41,8 @@ class TransformerConfig:
     tie_output ties the target embedding and the pre-softmax projection.
     """
 
-    src_vocab_size: int = 37000
-    tgt_vocab_size: int = 37000
+    src_vocab_size: int = PAPER.vocab_size
+    tgt_vocab_size: int = PAPER.vocab_size
     d_model: int = 512
     n_heads: int = 8
     d_ff: int = 2048
@@ -118,72 +119,43 @@ class TransformerConfig:
             )
 
     @classmethod
+    def preset(cls, name: str, **overrides) -> TransformerConfig:
+        """The model of the preset `name` (PRESETS: tiny, small, base or big), with
+        `overrides`."""
+        if name not in PRESETS:
+            names = ", ".join(PRESETS)
+            raise ValueError(f"preset must be one of {names}; got {name!r}")
+        return cls(**{**PRESETS[name].model, **overrides})
+
+    @classmethod
     def base(cls, **overrides) -> TransformerConfig:
-        """The base model: N=6, d_model=512, d_ff=2048, h=8, P_drop=0.1 (63M parameters,
-        V=37000)."""
-        return cls(**overrides)
+        """The paper's base model (63M parameters): N=6, d_model=512, d_ff=2048, h=8."""
+        return cls.preset("base", **overrides)
 
     @classmethod
     def big(cls, **overrides) -> TransformerConfig:
-        """The big model: N=6, d_model=1024, d_ff=4096, h=16, P_drop=0.3 (EN-DE)."""
-        return cls(
-            **{
-                "d_model": 1024,
-                "d_ff": 4096,
-                "n_heads": 16,
-                "dropout": 0.3,
-                **overrides,
-            }
-        )
+        """The paper's big model (EN-DE): d_model=1024, d_ff=4096, h=16, P_drop=0.3."""
+        return cls.preset("big", **overrides)
+
+    @classmethod
+    def small(cls, **overrides) -> TransformerConfig:
+        """A model for a laptop CPU: N=3, d_model=256, d_ff=1024, h=4."""
+        return cls.preset("small", **overrides)
+
+    @classmethod
+    def tiny(cls, **overrides) -> TransformerConfig:
+        """Wu et al.'s Transformer-tiny, pre-LN: N=4, d_model=128, d_ff=256, h=4."""
+        return cls.preset("tiny", **overrides)
 
     @classmethod
     def table3(cls, **overrides) -> dict[str, TransformerConfig]:
-        """The architectural rows of Table 3, each a variation of the base model, by
-        label."""
-        rows = {
-            "(A) h=1": {"n_heads": 1},
-            "(A) h=4": {"n_heads": 4},
-            "(A) h=16": {"n_heads": 16},
-            "(A) h=32": {"n_heads": 32},
-            "(B) d_k=16": {"d_k": 16, "d_v": 64},
-            "(B) d_k=32": {"d_k": 32, "d_v": 64},
-            "(C) N=2": {"n_layers": 2},
-            "(C) N=4": {"n_layers": 4},
-            "(C) N=8": {"n_layers": 8},
-            "(C) d_model=256": {"d_model": 256},
-            "(C) d_model=1024": {"d_model": 1024},
-            "(C) d_ff=1024": {"d_ff": 1024},
-            "(C) d_ff=4096": {"d_ff": 4096},
-            "(D) P_drop=0.0": {"dropout": 0.0},
-            "(D) P_drop=0.2": {"dropout": 0.2},
-            "(E) learned positions": {"positional": "learned"},
-        }
-        return {label: cls(**{**row, **overrides}) for label, row in rows.items()}
+        """The architectural rows of Table 3 (TABLE3), each a variation of the base
+        model, by label."""
+        return {label: cls(**{**row, **overrides}) for label, row in TABLE3.items()}
 
     def to_dict(self) -> dict:
         """The fields as a plain dict (what a checkpoint stores)."""
         return {f.name: getattr(self, f.name) for f in fields(self)}
-
-    @classmethod
-    def small(cls, **overrides) -> TransformerConfig:
-        """A model for a laptop CPU: N=3, d_model=256, d_ff=1024, h=4, P_drop=0.1."""
-        shape = dict(d_model=256, n_heads=4, d_ff=1024, n_layers=3, dropout=0.1)
-        return cls(**{**shape, **overrides})
-
-    @classmethod
-    def tiny(cls, **overrides) -> TransformerConfig:
-        """Wu et al.'s Transformer-tiny, pre-LN: N=4, d_model=128, d_ff=256, h=4,
-        P_drop=0.3."""
-        shape = dict(d_model=128, n_heads=4, d_ff=256, n_layers=4, dropout=0.3)
-        return cls(**{**shape, "norm_first": True, **overrides})
-
-    @classmethod
-    def preset(cls, name: str, **overrides) -> TransformerConfig:
-        """The preset `name`: tiny, small, base or big."""
-        if name not in PRESETS:
-            names = ", ".join(PRESETS)
-            raise ValueError(f"preset must be one of {names}; got {name!r}")
-        return getattr(cls, name)(**overrides)
 
 
 class SublayerConnection(nn.Module):
@@ -361,17 +333,13 @@ class Transformer(nn.Module):
             if config.share_embeddings
             else Embeddings(config.tgt_vocab_size, config.d_model)
         )
-        if config.positional == "sinusoidal":
-            self.src_positions = self.tgt_positions = SinusoidalPositionalEncoding(
-                config.d_model, config.max_len
-            )
+        positions = (config.d_model, config.max_len)
+        if config.positional == "sinusoidal":  # one table of encodings for both sides
+            shared = SinusoidalPositionalEncoding(*positions)
+            self.src_positions = self.tgt_positions = shared
         else:
-            self.src_positions = LearnedPositionalEmbedding(
-                config.d_model, config.max_len
-            )
-            self.tgt_positions = LearnedPositionalEmbedding(
-                config.d_model, config.max_len
-            )
+            self.src_positions = LearnedPositionalEmbedding(*positions)
+            self.tgt_positions = LearnedPositionalEmbedding(*positions)
         self.dropout = Dropout(config.dropout)
         self.encoder = Encoder(config)
         self.decoder = Decoder(config)
@@ -497,9 +465,6 @@ class Transformer(nn.Module):
         y = to_autocast_dtype(self.dropout(y))
         y = self.decoder(y, memory, cross, self_mask=own)
         return self.output(y) if project else y
-
-
-PRESETS = ("tiny", "small", "base", "big")
 
 
 __all__ = [

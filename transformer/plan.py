@@ -13,6 +13,7 @@ from pathlib import Path
 import torch
 
 from transformer.devices import (
+    PAD_MULTIPLE,
     check_precision,
     default_compile,
     default_pad_multiple,
@@ -21,6 +22,7 @@ from transformer.devices import (
 )
 from transformer.files import write_atomically
 from transformer.model import TransformerConfig
+from transformer.presets import PAPER, PRESETS, TEXT_VOCAB
 from transformer.runs import (
     FEW_UPDATES,
     fitted_dropout,
@@ -51,12 +53,12 @@ class TrainingConfig:
     data: str = "numbers"
     src_lang: str = "en"
     tgt_lang: str = "de"
-    vocab_size: int = 8000
-    max_tokens: int = 25000
+    vocab_size: int = TEXT_VOCAB
+    max_tokens: int = PAPER.max_tokens
     accumulate: int = 1
     max_steps: int | None = None
     max_minutes: float | None = None
-    warmup_steps: int = 4000
+    warmup_steps: int = PAPER.warmup_steps
     lr_scale: float = 1.0
     cooldown: float = 0.0
     schedule: str | None = None
@@ -70,7 +72,7 @@ class TrainingConfig:
     seed: int = 0
     log_every: int = 50
     eval_every: int = 500
-    checkpoint_minutes: float = 10.0
+    checkpoint_minutes: float = PAPER.checkpoint_minutes
     checkpoint_every: int | None = None
     keep_checkpoints: int = 5
     cache_dir: str | None = None
@@ -110,10 +112,10 @@ class TrainingConfig:
                 raise ValueError(
                     f"{name} must be a positive finite number; got {value!r}"
                 )
-        if self.pack_length is not None and self.pack_length % 8:
+        if self.pack_length is not None and self.pack_length % PAD_MULTIPLE:
             raise ValueError(
-                "pack_length must be a multiple of 8 (whole tiles for the matrix "
-                f"kernels); got {self.pack_length}"
+                f"pack_length must be a multiple of {PAD_MULTIPLE} (whole tiles for "
+                f"the matrix kernels); got {self.pack_length}"
             )
         if self.prefetch < 0:
             raise ValueError(f"prefetch must be >= 0 batches; got {self.prefetch}")
@@ -143,28 +145,9 @@ def default_schedule(config: TrainingConfig) -> str:
     return "planned" if minutes_alone and not config.cooldown else "paper"
 
 
-TRAINING_PRESETS: dict[str, dict] = {
-    "small": {"warmup_steps": 400, "lr_scale": 0.5},
-    "tiny": {
-        "vocab_size": 8000,
-        "max_tokens": 4096,
-        "warmup_steps": 800,  # Wu et al.: 2000; the rate after step 2000 is theirs
-        "lr_scale": 2.53,  # their peak 0.005 = 2.53 * 128^-0.5 * 2000^-0.5
-        "keep_checkpoints": 10,
-    },
-    "base": {"vocab_size": 37000, "max_tokens": 25000, "warmup_steps": 4000},
-    "big": {
-        "vocab_size": 37000,
-        "max_tokens": 25000,
-        "warmup_steps": 4000,
-        "keep_checkpoints": 20,  # the paper averages the last 20 of the big model
-    },
-}
-SMALL_DATA = {  # the small preset's vocabulary and batch: numbers, or real text
-    "numbers": {"vocab_size": 200, "max_tokens": 2000, "eval_every": 200},
-    "text": {"vocab_size": 8000, "max_tokens": 4000, "eval_every": 400},
-}
-GPU_TEXT_STEPS = 16_000  # the tiny preset's budget on real text on a CUDA GPU
+TRAINING_PRESETS = {name: preset.training for name, preset in PRESETS.items()}
+SMALL_DATA = PRESETS["small"].by_data  # the small preset's vocabulary and batch
+GPU_TEXT_STEPS = PRESETS["tiny"].gpu_text_steps  # its budget on real text on a CUDA GPU
 
 
 @dataclass(frozen=True)
@@ -197,10 +180,8 @@ class BudgetFit:
                                  f"positive and rising, {said}; got {lines!r}")
 
 
-BUDGET_FITS = {  # (Runs chapter)
-    "tiny": BudgetFit(True, ((10, 0.0), (30, 0.1)),
-                      ((FEW_UPDATES // 2, 2), (FEW_UPDATES, 3))),
-}
+BUDGET_FITS = {name: BudgetFit(**preset.budget_fit)  # (Runs chapter)
+               for name, preset in PRESETS.items() if preset.budget_fit is not None}
 
 
 def default_preset(text: bool) -> str:
@@ -215,7 +196,7 @@ def checkpoint_spacing(max_steps: int | None, max_minutes: float | None) -> dict
     averages."""
     spacing = {}
     if max_minutes is not None:
-        spacing["checkpoint_minutes"] = min(10.0, max_minutes / 15)
+        spacing["checkpoint_minutes"] = min(PAPER.checkpoint_minutes, max_minutes / 15)
     if max_steps is not None:
         spacing["checkpoint_every"] = max(1, max_steps // 15)
     return spacing
@@ -226,7 +207,8 @@ def final_average(config: TrainingConfig, average_last: int | None = None) -> in
     given, else the paper's 5, or 1 after a run whose rate fell to 0 at its end (a
     cool-down or a planned schedule), whose last checkpoint is already the end of a
     decay."""
-    return average_last or (1 if config.cooldown or config.planned else 5)
+    return average_last or (1 if config.cooldown or config.planned
+                            else PAPER.average_last)
 
 
 @dataclass(frozen=True)

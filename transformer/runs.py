@@ -21,6 +21,7 @@ from torch import Tensor
 from tqdm import tqdm
 
 from transformer.files import write_atomically
+from transformer.presets import FEW_UPDATES
 from transformer.training import learning_rate
 
 
@@ -197,9 +198,6 @@ class Planner:
         warmup = self.config.warmup_steps
         self.plan = plan_schedule(updates, warmup, self.peak, step, rate, self.first)
         return self.plan
-
-
-FEW_UPDATES = 1200  # a budget of fewer updates at the preset's batch trains on half
 
 
 def fitted_max_tokens(max_tokens: int, seconds: float,

@@ -15,7 +15,7 @@ import numpy as np
 import torch
 
 from transformer.batches import Batch, TokenizedSplit, round_up
-from transformer.devices import default_pin_memory
+from transformer.devices import PAD_MULTIPLE, default_pin_memory
 
 
 def _rank_share(batches: list, rank: int, world_size: int) -> list:
@@ -229,11 +229,12 @@ class TrainBatches:
 def row_lengths(lengths: np.ndarray, row_length: int) -> tuple[int, int]:
     """(source, target) row lengths for pairs of these (n, 2) lengths: row_length for
     the side with more tokens, the other's in proportion to its share and at least its
-    longest sentence, rounded up to a multiple of 8 (at most row_length)."""
+    longest sentence, rounded up to a multiple of PAD_MULTIPLE (at most row_length)."""
     totals, longest = lengths.sum(axis=0), lengths.max(axis=0, initial=0)
     long = int(np.argmax(totals))  # the side with more tokens
     share = math.ceil(row_length * int(totals[1 - long]) / max(int(totals[long]), 1))
-    other = min(round_up(max(share, int(longest[1 - long])), 8), row_length)
+    other = round_up(max(share, int(longest[1 - long])), PAD_MULTIPLE)
+    other = min(other, row_length)
     return (row_length, other) if long == 0 else (other, row_length)
 
 

@@ -8,12 +8,12 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from transformer.devices import default_fused_adam
+from transformer.presets import PAPER
 from transformer.tokenizer import PAD
 
 
-def learning_rate(
-    step: int, d_model: int, warmup_steps: int = 4000, scale: float = 1.0
-) -> float:
+def learning_rate(step: int, d_model: int, warmup_steps: int = PAPER.warmup_steps,
+                  scale: float = 1.0) -> float:
     """The rate of training step `step` >= 1:
     scale * d_model^-0.5 * min(step^-0.5, step * warmup^-1.5)."""
     if step < 1:
@@ -30,7 +30,8 @@ def adam(model: nn.Module) -> torch.optim.Adam:
 
 
 def make_optimizer(
-    model: nn.Module, d_model: int, warmup_steps: int = 4000, scale: float = 1.0
+    model: nn.Module, d_model: int, warmup_steps: int = PAPER.warmup_steps,
+    scale: float = 1.0,
 ) -> tuple[torch.optim.Adam, torch.optim.lr_scheduler.LambdaLR]:
     """Adam and the schedule above; call schedule.step() after each update."""
     optimizer = adam(model)

@@ -93,8 +93,10 @@ export async function mount(root) {
     element("option", { value: "" }, "your own exported model (choose its files)…"));
   const files = element("input", { type: "file", multiple: "", accept: ".onnx,.json", hidden: "" });
   const input = element("input", { type: "text", "aria-label": "sentence" });
+  // the beam's option takes its k from the model loaded (model.json's beam_size)
+  const beamOption = element("option", { value: "", disabled: "" }, "beam search");
   const decoding = element("select", { "aria-label": "decoding" },
-    element("option", { value: "1" }, "greedy"), element("option", { value: "4" }, "beam search, k = 4"));
+    element("option", { value: "1" }, "greedy"), beamOption);
   const go = element("button", { type: "button", class: "translator-go", disabled: "" }, "Translate");
   const status = element("p", { class: "translator-status", "aria-live": "polite" });
   const examples = element("p", { class: "translator-examples" });
@@ -111,6 +113,9 @@ export async function mount(root) {
       const started = performance.now();
       translator = await promise;
       const m = translator.meta;
+      beamOption.value = String(m.beam_size);
+      beamOption.textContent = `beam search, k = ${m.beam_size}`;
+      beamOption.disabled = false;
       status.textContent = `${about}: ${m.n_layers} layers, ${m.n_heads} heads, ${m.vocab_size.toLocaleString("en")} tokens, loaded in ${Math.round(performance.now() - started)} ms` +
         (m.lowercase ? "; it was trained on lowercased text, so it reads your sentence lowercased and writes lowercase" : "");
       examples.replaceChildren(...(m.about.examples ?? []).flatMap((text) => {
@@ -157,10 +162,10 @@ export async function mount(root) {
     ask.addEventListener("click", async () => {
       ask.disabled = true;
       try {
-        const { trace, ms } = await translator.trace(text, 4);
+        const { trace, ms } = await translator.trace(text); // model.json's k and alpha
         const root = element("div", { class: "beam-search" });
         ask.parentElement.replaceWith(element("figure", { style: "margin: 1em 0 0" },
-          element("figcaption", {}, `The beam search (k = 4) of this sentence, step by step, ` +
+          element("figcaption", {}, `The beam search (k = ${trace.beam_size}) of this sentence, step by step, ` +
             `traced by the page in ${ms.toFixed(0)} ms. Click a step for its candidates and what it attended to.`), root));
         window.renderBeamSearch(root, trace);
       } catch (error) {
@@ -183,7 +188,7 @@ export async function mount(root) {
           element("li", {}, `${f.text} (log P / lp = ${f.score.toFixed(3)})`))),
         element("p", { class: "translator-beam-note", style: "font-size: 0.9em" },
           "The finished hypotheses, best first, scored by log P / lp: log P is the sum of the " +
-          "tokens' log-probabilities, lp = ((5 + length) / 6)^0.6 the length penalty. The search " +
+          `tokens' log-probabilities, lp = ((5 + length) / 6)^${translator.meta.alpha} the length penalty. The search ` +
           "stops as soon as no prefix still growing can beat the best finished score, so fewer " +
           `than ${beam} may have finished.`));
       }

@@ -9,6 +9,9 @@ ort.env.wasm.wasmPaths = new URL("./vendor/", import.meta.url).href;
 ort.env.wasm.numThreads = 1; // threads need cross-origin isolation, which static hosts lack
 
 const FILES = ["model.json", "tokenizer.json", "encoder.onnx", "step.onnx"];
+// the decoding defaults that model.json carries (python -m transformer export writes
+// transformer.decoding.DECODING's): the page types none of its own
+const DECODING = ["beam_size", "alpha", "extra_len"];
 const MAPS = "maps.onnx"; // every attention weight, teacher-forced: the explorer's
 const OPTIONS = { executionProviders: ["wasm"], graphOptimizationLevel: "all" };
 const f32 = Math.fround;
@@ -107,6 +110,11 @@ export class Translator {
     if (meta.format !== "transformer-onnx-1") {
       throw new Error(`model.json has format ${JSON.stringify(meta.format)}; expected ` +
         '"transformer-onnx-1" (python -m transformer export writes it)');
+    }
+    const missing = DECODING.filter((key) => !(key in meta));
+    if (missing.length) {
+      throw new Error(`model.json has no ${missing.join(", ")} (written by an older version): ` +
+        "export the model again (python -m transformer export)");
     }
     const sessions = await Promise.all([encoder, step].map(
       (bytes) => ort.InferenceSession.create(bytes, OPTIONS)));
@@ -207,9 +215,9 @@ export class Translator {
     return { ids: tokens.slice(1), weights, finished: null };
   }
 
-  async beam(src, k = 4, alpha = 0.6, trace = null) {
+  async beam(src, k = this.meta.beam_size, alpha = this.meta.alpha, trace = null) {
     // OnnxTranslator.beam: the best hypothesis as greedy's, and the k finished ones;
-    // trace (a BeamTrace) records each step
+    // trace (a BeamTrace) records each step; k and alpha: model.json's by default
     const m = this.meta, limit = this.limit(src), state = await this.start(src, k);
     let alive = Array(k).fill([m.bos_id]), history = Array(k).fill([]);
     let aliveLogp = Float32Array.from({ length: k }, (_, i) => (i ? -Infinity : 0));
@@ -251,7 +259,7 @@ export class Translator {
     return { ids: finished[0].ids, weights: done[0].weights, finished };
   }
 
-  async trace(text, k = 4, alpha = 0.6) {
+  async trace(text, k = this.meta.beam_size, alpha = this.meta.alpha) {
     // OnnxTranslator.trace: the beam search of one sentence step by step, greedy's output
     // beside it, as BeamTrace.to_dict() (what beamsearch.js draws); and the time
     const started = performance.now();
@@ -297,7 +305,7 @@ export class Translator {
     });
   }
 
-  async translate(text, beam = 1, alpha = 0.6) {
+  async translate(text, beam = 1, alpha = this.meta.alpha) {
     // the translation of one sentence, its tokens both sides (and their ids, for
     // attentionMaps), the mean of the last layer's heads for each output step (rows:
     // output tokens and <eos>), and the time
