@@ -69,7 +69,9 @@ chromium:
 # Without npm the book still builds, and that page says what is missing.
 book: install web-packages
 	$(BIN)/jupyter-book build . --warningiserror --nitpick --keep-going
-	$(BIN)/python tools/web.py
+	# one thread, as make test trained the book's number model: its cached run is loaded, not
+	# trained again (train_once's key holds torch's thread count)
+	OMP_NUM_THREADS=1 $(BIN)/python tools/web.py
 
 web-packages:
 	@if command -v npm >/dev/null; then \
