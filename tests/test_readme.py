@@ -103,7 +103,7 @@ def test_what_you_get_is_one_table_of_four_rows_each_figure_linked_to_its_record
     (block,) = re.findall(r"<!-- record: results -->\n(.*?)<!-- /record -->", section, re.S)
     rows = [line for line in block.splitlines() if line.startswith("|")][2:]
     assert [row.split("|")[1].strip().split(" (")[0].split(",")[0] for row in rows] == [
-        "a 2-core CPU with native bf16", "a 2-core CPU without it", "one GPU", "a 2-core CPU"]
+        "a 2-core CPU with native bf16", "a 2-core CPU without native bf16", "one GPU", "a 2-core CPU"]
     unlinked = re.sub(r"\[[^\]]*\]\(benchmarks/results/\w+\.json\)", "", block.split("\n\n")[0])
     assert not re.findall(r"\d+\.\d+|\d+ min", unlinked), unlinked
     columns = [line.count("|") - 1 for line in text.splitlines() if line.startswith("|")]
