@@ -43,6 +43,7 @@ from transformer.plan import (
     data_check,
     given_plan,
     make_plan,
+    resolved,
     resumed_plan,
 )
 from transformer.prepared import PreparedData, prepare_data
@@ -379,7 +380,10 @@ def time_first_update(model_config: TransformerConfig,
                       config: TrainingConfig) -> Timing:
     """One update of the run of these configurations timed before it starts (rank 0's
     seconds), the updates of a pass over its data, and whether half its batch fits.
-    config: resolved, its device decided (the plan's)."""
+    config: the plan's, its device decided (else decided here: made by hand)."""
+    if None in (config.compile, config.pad_multiple) or "auto" in (config.device,
+                                                                    config.precision):
+        config = resolved(config)[0]
     init_distributed(torch.device(config.device))  # the data: rank 0's first
     with tempfile.TemporaryDirectory() as folder:
         model, data = model_and_data(model_config, config)
