@@ -349,7 +349,7 @@ def test_a_cooled_down_run_ends_on_its_newest_checkpoint_unless_told_to_average(
                      "--precision", "fp32", *how, "--out", str(out), *more]) == 0
         said = capsys.readouterr().out
         assert f"final model: {final}" in said
-        assert ("schedule planned for 3 updates" in said) == ("planned" in how), "the plan, said"
+        assert ("planned: peak" in said and "0 after update 3" in said) == ("planned" in how), "the plan, said"
         assert (out / "checkpoint_average.pt").exists() == bool(more)
 
 
