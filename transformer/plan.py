@@ -253,11 +253,6 @@ class RunPlan:
     data: dict[str, str] = field(default_factory=dict)
     schedule: Schedule | None = None
 
-    def scheduled(self, schedule: Schedule) -> RunPlan:
-        """The plan with `schedule`, and its line in the table ("rate")."""
-        decision = Decision("rate", schedule.describe(), schedule.why)
-        return replace(self.decided([decision]), schedule=schedule)
-
     def decided(self, decisions: list[Decision]) -> RunPlan:
         """The plan with `decisions` in place of those of the same settings."""
         settings = {d.setting for d in decisions}
@@ -280,10 +275,9 @@ class RunPlan:
 
     def to_dict(self) -> dict:
         """The plan as JSON holds it (plan.json, a checkpoint's "plan")."""
-        schedule = self.schedule and asdict(self.schedule)
         return {"model": self.model.to_dict(), "training": asdict(self.training),
                 "decisions": [asdict(d) for d in self.decisions], "data": self.data,
-                "schedule": schedule}
+                "schedule": self.schedule and asdict(self.schedule)}
 
     @classmethod
     def from_dict(cls, saved: dict) -> RunPlan:
@@ -298,6 +292,11 @@ class RunPlan:
         text = json.dumps(self.to_dict(), indent=1) + "\n"
         write_atomically(out / "plan.json", lambda file: file.write(text.encode()))
         return out / "plan.json"
+
+    def scheduled(self, schedule: Schedule) -> RunPlan:
+        """The plan with `schedule`, and its line in the table ("rate")."""
+        decision = Decision("rate", schedule.describe(), schedule.why)
+        return replace(self.decided([decision]), schedule=schedule)
 
     def checked(self, data: Decision) -> RunPlan:
         """The plan with the data decision `data` (data_check's); an earlier one that
@@ -564,8 +563,8 @@ def timed_decisions(plan: RunPlan, fit: BudgetFit | None, timer: Timer | None,
         fitted = fit_budget(config, model_config, fit, timing, given)
         value = {d.setting: d.value for d in fitted}
         tokens = value.pop("max_tokens", config.max_tokens)
-        plan = replace(plan.decided(fitted), training=replace(config, max_tokens=tokens),
-                       model=replace(model_config, **value))
+        plan = replace(plan.decided(fitted), model=replace(model_config, **value),
+                       training=replace(config, max_tokens=tokens))
     return plan.scheduled(first_schedule(plan.training, plan.model.d_model, timing))
 
 

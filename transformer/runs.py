@@ -172,8 +172,8 @@ def schedule_for(config: RunSettings, d_model: int, updates: int | None, why: st
         return Schedule("paper", warmup, peak, updates, cooldown=config.cooldown,
                         first=first, **how)
     if updates is None:
-        return Schedule("planned", max(warmup, start + 1), PEAK_SHARE * peak, start=start,
-                        start_rate=rate, first=first, **how)
+        return Schedule("planned", max(warmup, start + 1), PEAK_SHARE * peak,
+                        start=start, start_rate=rate, first=first, **how)
     return plan_schedule(updates, warmup, PEAK_SHARE * peak, start, rate, first, **how)
 
 
@@ -206,8 +206,8 @@ class Planner:
         updates = int(clock.rank0(step + int(per_minute * (budget - minutes))))
         if self.config.max_steps is not None:
             updates = min(updates, self.config.max_steps)
-        why = (f"measured at update {step:,}: {per_minute:,.0f} updates a minute, about "
-               f"{updates:,} in {budget:g} min")
+        why = (f"measured at update {step:,}: {per_minute:,.0f} updates a minute, "
+               f"about {updates:,} in {budget:g} min")
         return schedule_for(self.config, self.d_model, updates, why, start=step,
                             rate=rate, first=self.first)
 

@@ -47,15 +47,8 @@ from transformer.plan import (
     resumed_plan,
 )
 from transformer.prepared import PreparedData, prepare_data
-from transformer.runs import (
-    Clock,
-    LossWindow,
-    Planner,
-    deferred_signals,
-    forget_metrics_after,
-    run_log,
-    scheduled_rate,
-)
+from transformer.runs import (Clock, LossWindow, Planner, Schedule, deferred_signals,
+                              forget_metrics_after, run_log, scheduled_rate)
 from transformer.samplers import TokenBatchSampler, TrainBatches, rank_sampler
 from transformer.tokenizer import PAD
 from transformer.training import adam, label_smoothed_loss
@@ -225,13 +218,9 @@ class Trainer:
                         clock.checkpointed()
                     window.add(*self.train_step())
                     log(None)
-                    rate = self.optimizer.param_groups[0]["lr"]  # the rate this update took
+                    rate = self.optimizer.param_groups[0]["lr"]  # this update's
                     if schedule := planner.measure(self.step, rate, clock):
-                        self.plan = self.plan.scheduled(schedule)  # plan.json, checkpoints
-                        if self.rank == 0:
-                            self.plan.save(self.out)
-                        text = f"schedule {schedule.describe()}: {schedule.why}"
-                        log({"step": self.step, "plan": {**asdict(schedule), "text": text}})
+                        replanned(self, schedule, log)
                     last = self.step == config.max_steps
                     if self.step % config.log_every == 0 or last:
                         metrics = {"step": self.step, **window.read(self.world_size),
@@ -279,9 +268,9 @@ class Trainer:
             return output_loss(out, self.model.output.linear.weight, tgt_out, epsilon)
 
     def train_step(self) -> tuple[Tensor, int]:
-        """One update at its rate (scheduled_rate of the plan's schedule). Returns this
-        process's summed loss, a tensor left on the device (reading it would make the host
-        wait), and its number of target tokens."""
+        """One update at its rate (scheduled_rate of the plan's schedule). Returns
+        this process's summed loss, a tensor left on the device (reading it would make
+        the host wait), and its number of target tokens."""
         rate = scheduled_rate(self.step + 1, self.plan.schedule)
         for group in self.optimizer.param_groups:
             group["lr"] = rate
@@ -340,6 +329,16 @@ def holding_folder(trainer: Trainer) -> Iterator[None]:
             yield
     finally:
         trainer.batches.close()
+
+
+def replanned(trainer: Trainer, schedule: Schedule, log: Callable) -> None:
+    """The trainer's plan with the schedule its Planner measured: in plan.json (rank
+    0), in every later checkpoint (training_state), and in the log."""
+    trainer.plan = trainer.plan.scheduled(schedule)
+    if trainer.rank == 0:
+        trainer.plan.save(trainer.out)
+    text = f"schedule {schedule.describe()}: {schedule.why}"
+    log({"step": trainer.step, "plan": {**asdict(schedule), "text": text}})
 
 
 def stopped_by_signal(trainer: Trainer, metrics: dict, signum: int) -> dict:
@@ -489,6 +488,7 @@ __all__ = [
     'compiled',
     'Trainer',
     'holding_folder',
+    'replanned',
     'stopped_by_signal',
     'time_update',
     'time_first_update',
