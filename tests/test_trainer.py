@@ -602,3 +602,17 @@ def test_compile_options_tune_fixed_shapes_and_record_graphs_only_when_a_replay_
         device, pack_length, world_size, accumulate, expected):
     config = TrainingConfig(pack_length=pack_length, accumulate=accumulate, max_steps=10)
     assert compile_options(config, torch.device(device), world_size) == expected
+
+
+def test_the_trainer_class_runs_and_does_not_build():
+    """Issue 110: the class holds the loop and the step, at most 150 lines; its set-up, build, resume and
+    timing are functions beside it, and the device is the plan's (no pick_device in the module)."""
+    import inspect
+
+    from transformer import trainer
+
+    assert len(inspect.getsource(Trainer).splitlines()) <= 150
+    assert not hasattr(trainer, "pick_device") and not hasattr(Trainer, "time_update")
+    for name in ("placed", "precision", "train_batches", "compiled", "time_update", "built_trainer",
+                 "resumed_trainer"):
+        assert inspect.isfunction(getattr(trainer, name)), name
