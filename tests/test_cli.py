@@ -318,7 +318,9 @@ def test_train_fits_the_tiny_presets_batch_to_a_budget_of_minutes_unless_one_is_
     than the first line of its dropout_by_passes (6 updates make at most 6 passes): its 4,096 tokens halved and
     P_drop lowered from 0.3 to that line's, said in the plan printed first and saved; a P_drop given by name is
     kept; a batch given by name is kept, and the P_drop still lowered."""
-    monkeypatch.setattr(cli.Trainer, "time_update", lambda self: 0.01)  # not this machine's speed
+    from transformer import trainer
+
+    monkeypatch.setattr(trainer, "time_update", lambda probe: 0.01)  # not this machine's speed
     (passes, rate), *_ = BUDGET_FITS["tiny"].dropout_by_passes
     assert passes > 6 and rate < TransformerConfig.tiny().dropout
     halved = f"max_tokens 2,048 one update of 4,096 took 0.01 s: about 6 in 0.001 min, under {FEW_UPDATES:,}: halved"
@@ -347,7 +349,7 @@ def test_a_cooled_down_run_ends_on_its_newest_checkpoint_unless_told_to_average(
                      "--precision", "fp32", *how, "--out", str(out), *more]) == 0
         said = capsys.readouterr().out
         assert f"final model: {final}" in said
-        assert ("schedule planned for 3 updates" in said) == ("planned" in how), "the plan, said"
+        assert ("planned: peak" in said and "0 after update 3" in said) == ("planned" in how), "the plan, said"
         assert (out / "checkpoint_average.pt").exists() == bool(more)
 
 
@@ -504,3 +506,33 @@ def test_data_fetches_multi30k_into_the_folder_given(tmp_path, monkeypatch, caps
     finally:
         server.shutdown()
         server.server_close()
+
+
+def test_a_run_picks_its_device_once_and_plans_its_schedule_before_the_first_update(tiny_corpus, tmp_path,
+                                                                                  monkeypatch):
+    """The goals of issue 110, through `python -m transformer train` in this process: pick_device is called
+    once for a run (the plan decides the device; the timer and the Trainer read it from the plan), and a run
+    of minutes has its schedule, projected from the update timed before the first, in the printed plan, in
+    plan.json and in each checkpoint."""
+    import sys as _sys
+
+    calls = []
+    for name, module in list(_sys.modules.items()):
+        if name.startswith("transformer") and hasattr(module, "pick_device"):
+            original = module.pick_device
+            monkeypatch.setattr(module, "pick_device",
+                                lambda device="auto", original=original: calls.append(device) or original(device))
+    out = tmp_path / "run"
+    assert main(["train", "--data", str(tiny_corpus), "--vocab-size", "60", "--max-tokens", "200",
+                 "--max-minutes", "0.01", "--checkpoint-minutes", "0.002", "--precision", "fp32",
+                 "--out", str(out)]) == 0
+    assert calls == ["auto"], "one call, for the whole run"
+    saved = json.loads((out / "plan.json").read_text())
+    assert saved["training"]["device"] == "cpu"
+    why = {d["setting"]: d["why"] for d in saved["decisions"]}
+    assert why["device"] == "auto: CUDA, then MPS, then CPU"
+    first = saved["schedule"]
+    assert first["kind"] == "planned" and first["updates"] is not None
+    assert why["rate"] == first["why"] and re.match(r"(one update took [\d.]+ s|measured at update 30)", first["why"])
+    for path in out.glob("checkpoint-*.pt"):
+        assert load_checkpoint(path)["plan"]["schedule"]["updates"] is not None, path

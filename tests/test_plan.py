@@ -23,6 +23,7 @@ from transformer.plan import (
     RunPlan,
     Timing,
     device_settings,
+    given_plan,
     make_plan,
 )
 from transformer.runs import FEW_UPDATES
@@ -59,10 +60,12 @@ def _steps(trainer, n):
 
 def _assert_trains_as(trainer, corpus, out, n, model=TINY, **settings):
     """The next n updates of `trainer` equal, loss by loss and weight by weight, those of a run of
-    configurations made by hand with `model` and `settings` (minutes alone), never timed."""
+    configurations made by hand with `model` and `settings` (minutes alone), never timed, under the same
+    schedule (one timed update projected it: a decision of the plan, not of the batch)."""
     steps, weights = _steps(trainer, n)
     config = TrainingConfig(**dict(RUN, data=str(corpus), max_minutes=0.01, split_punctuation=True) | settings)
-    oracle_steps, oracle_weights = _steps(Trainer.from_config(model, config, out), n)
+    by_hand = given_plan(model, config).scheduled(trainer.plan.schedule)
+    oracle_steps, oracle_weights = _steps(Trainer.from_plan(by_hand, out), n)
     assert steps == oracle_steps
     for name, expected in oracle_weights.items():
         assert torch.equal(weights[name], expected), name
@@ -192,10 +195,11 @@ def test_what_is_given_by_name_is_kept_and_the_rest_still_fitted(tiny_corpus, tm
     assert plan.model.dropout == 0.3, "the dropout still fitted"
     plan = _plan(tiny_corpus, seconds=0.1, fit=BudgetFit(True, ((1000, 0.3),)), model={"dropout": 0.2})
     assert plan.training.max_tokens == 60 and plan.model.dropout == 0.2 and plan.why("dropout") == "given"
-    never = mock.Mock(side_effect=AssertionError("timed"))
-    both = make_plan("small", {**SHAPE, "dropout": 0.2}, never, BudgetFit(True, ((1000, 0.3),)),
+    timer = mock.Mock(return_value=Timing(0.1, 100.0))
+    both = make_plan("small", {**SHAPE, "dropout": 0.2}, timer, BudgetFit(True, ((1000, 0.3),)),
                      **dict(RUN, data=str(tiny_corpus), max_minutes=0.01, max_tokens=120))
-    assert both.training.max_tokens == 120 and not never.called, "nothing to fit: nothing timed"
+    assert both.training.max_tokens == 120 and both.model.dropout == 0.2, "nothing to fit"
+    assert timer.call_count == 1 and both.schedule.updates == int(60 * 0.01 / 0.1), "timed once: the schedule projected"
 
 
 def test_a_budget_of_many_updates_or_a_half_too_small_keeps_the_batch(tiny_corpus, tmp_path):
@@ -211,15 +215,21 @@ def test_a_budget_of_many_updates_or_a_half_too_small_keeps_the_batch(tiny_corpu
     assert plan.model.dropout == 0.3, "still a budget of few passes"
 
 
-def test_only_a_planned_run_of_minutes_alone_not_compiled_is_timed(tiny_corpus):
+def test_only_a_planned_run_of_minutes_alone_not_compiled_is_fitted_and_a_projected_schedule_timed(tiny_corpus):
+    """A budget of updates, or minutes under the paper's curve uncooled, is not timed; a run of minutes whose
+    schedule is projected (compiled, or with no fit) is timed once, uncompiled, for the schedule alone."""
     never = mock.Mock(side_effect=AssertionError("timed"))
     settings, preset = dict(RUN, data=str(tiny_corpus)), SMALL_DATA["text"]["max_tokens"]
     for overrides in (dict(max_minutes=0.01, schedule="paper"), dict(max_steps=5, schedule="planned"),
-                      dict(max_steps=5), dict(max_minutes=0.01, compile=True)):
+                      dict(max_steps=5)):
         plan = make_plan("small", SHAPE, never, HALVE, **settings | overrides)
-        assert plan.training.max_tokens == preset, overrides
-    assert make_plan("small", SHAPE, never, None, **settings, max_minutes=0.01).training.max_tokens == preset
+        assert plan.training.max_tokens == preset and not plan.schedule.measure, overrides
     assert not never.called
+    for fit, overrides in ((HALVE, dict(compile=True)), (None, {})):
+        timer = mock.Mock(return_value=Timing(0.1, 100.0))
+        plan = make_plan("small", SHAPE, timer, fit, **settings | overrides, max_minutes=0.01)
+        assert plan.training.max_tokens == preset and timer.call_count == 1, overrides
+        assert timer.call_args.args[1].compile is False and plan.schedule.updates == int(60 * 0.01 / 0.1)
     with pytest.raises(ValueError, match="this plan times one update .*: give make_plan a timer"):
         make_plan("small", SHAPE, None, HALVE, **settings, max_minutes=0.01)
 
@@ -300,10 +310,14 @@ def test_a_resumed_run_reads_its_plan_and_says_what_was_given_again(tiny_corpus,
     new = {d.setting: d for d in resumed.plan.decisions}
     assert new["max_minutes"] == Decision("max_minutes", 0.02, "given at resume")
     assert new.pop("data_check").value == "as checkpointed"
-    assert {k: v for k, v in new.items() if k != "max_minutes"} == {k: v for k, v in old.items()
-                                                                     if k != "max_minutes"}
+    assert new["rate"].why == "at resume, untimed: measured again after update 30", "a new budget: decided again"
+    assert resumed.plan.schedule.measure and resumed.plan.schedule.updates is None
+    assert {k: v for k, v in new.items() if k not in ("max_minutes", "rate")} == {
+        k: v for k, v in old.items() if k not in ("max_minutes", "rate")}
     again = Trainer.resume(path, precision="auto")
     assert again.plan.why("precision") != "given at resume" and again.config.precision in ("fp32", "bf16")
+    assert again.plan.schedule == plan.schedule and again.plan.why("rate") == plan.why("rate"), \
+        "the schedule read back, not measured again"
 
 
 def test_a_checkpoint_from_before_plans_resumes_on_its_settings(tiny_corpus, tmp_path):

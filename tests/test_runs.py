@@ -21,6 +21,8 @@ from transformer.runs import (
     forget_metrics_after,
     plan_schedule,
     run_log,
+    schedule_for,
+    scheduled_rate,
 )
 from transformer.plan import TrainingConfig
 
@@ -36,13 +38,10 @@ def test_the_clock_stops_at_max_steps_and_checkpoints_every_n_steps():
     assert timed.decide(1) == (True, True), "past max_minutes and past checkpoint_minutes"
 
 
-def test_the_clock_says_how_much_of_the_run_is_done():
-    cpu = torch.device("cpu")
-    assert Clock(TrainingConfig(max_steps=10), 1, cpu).done(4) == 0.4
-    assert Clock(TrainingConfig(max_steps=10, max_minutes=1e9), 1, cpu).done(5) == 0.5
-    timed = Clock(TrainingConfig(max_steps=10, max_minutes=1e-9), 1, cpu)
-    time.sleep(0.01)
-    assert timed.done(1) == 1.0, "past max_minutes: all done, whatever the steps say"
+def test_the_clock_also_stops_at_the_schedules_last_update():
+    clock = Clock(TrainingConfig(max_minutes=1e9), 1, torch.device("cpu"))
+    assert [clock.decide(step, last=5)[0] for step in (4, 5)] == [False, True]
+    assert not clock.decide(10**6)[0], "no last update: the minutes decide"
 
 
 def test_the_cooldown_factor_is_the_written_out_line():
@@ -55,17 +54,16 @@ def test_the_cooldown_factor_is_the_written_out_line():
 def test_a_plan_continues_the_ramp_to_the_peak_then_falls_to_zero_as_written_out():
     """Oracle, by hand: 1,000 updates, planned after update 30 (made at 0.3e-3); warm-up a
     tenth of them (100, under the 800 allowed), the peak held, then a line to 0 over the last
-    fifth of the run's time."""
+    fifth of the updates (update u is made with (u - 1) / 1000 of them done)."""
     plan = plan_schedule(1000, warmup_steps=800, peak=1e-3, start=30, rate=0.3e-3)
     assert (plan.updates, plan.warmup) == (1000, 100)
-    assert plan.rate(31, 0.031) == pytest.approx(0.3e-3 + 0.7e-3 / 70)
-    assert plan.rate(65, 0.065) == pytest.approx(0.65e-3)
-    assert plan.rate(100, 0.1) == pytest.approx(1e-3)
-    assert plan.rate(550, 0.55) == pytest.approx(1e-3), "the peak held"
-    assert plan.rate(850, 0.85) == pytest.approx(0.75e-3)
-    assert plan.rate(550, 0.9) == pytest.approx(0.5e-3), "the fall follows the run's time"
-    assert plan.rate(90, 0.9) == pytest.approx(0.5e-3), "a run slower than planned falls by its time"
-    assert plan.rate(1000, 1.0) == 0.0
+    assert scheduled_rate(31, plan) == pytest.approx(0.3e-3 + 0.7e-3 / 70)
+    assert scheduled_rate(65, plan) == pytest.approx(0.65e-3)
+    assert scheduled_rate(100, plan) == pytest.approx(1e-3)
+    assert scheduled_rate(550, plan) == pytest.approx(1e-3), "the peak held"
+    assert scheduled_rate(851, plan) == pytest.approx(0.75e-3)
+    assert scheduled_rate(901, plan) == pytest.approx(0.5e-3), "the fall is counted in updates"
+    assert scheduled_rate(1001, plan) == 0.0
     assert plan_schedule(100_000, 800, 1e-3).warmup == 800, "at most the preset's warm-up"
     late = plan_schedule(20, 800, 1e-3, start=30)
     assert (late.updates, late.warmup) == (32, 31), "a budget already spent: one update up, one down"
@@ -75,28 +73,65 @@ def test_a_run_resumed_at_update_3200_plans_from_there():
     """Oracle, by hand: resumed at update 3,200, planned after its 30th update (3,230) to
     end at 6,420: a warm-up of a tenth of the 3,220 updates of this process (322, to
     3,522; not twice the 3,230 updates since the run began), the peak held, and the fall
-    over the last fifth of this process's budget."""
+    over the last fifth of this process's updates."""
     plan = plan_schedule(6420, 800, 1e-3, start=3230, rate=0.4e-3, first=3200)
     assert plan.warmup == 3522
-    assert plan.rate(3376, 0.05) == pytest.approx(0.4e-3 + 0.6e-3 * 146 / 292)
-    assert plan.rate(4000, 0.5) == pytest.approx(1e-3), "the peak held"
-    assert plan.rate(6000, 0.9) == pytest.approx(0.5e-3), "half-way down the fall"
-    assert plan.rate(6420, 1.0) == 0.0
+    assert scheduled_rate(3376, plan) == pytest.approx(0.4e-3 + 0.6e-3 * 146 / 292)
+    assert scheduled_rate(4000, plan) == pytest.approx(1e-3), "the peak held"
+    half = 3200 + round(0.9 * 3220) + 1  # made with 0.9 of this process's updates done
+    assert scheduled_rate(half, plan) == pytest.approx(0.5e-3, rel=1e-3), "half-way down the fall"
+    assert scheduled_rate(6421, plan) == 0.0
 
 
 def test_one_function_gives_the_rate_of_every_update_of_either_schedule():
     """Oracle: the paper's formula written out, times the cool-down's line; the plan of a step budget:
     a ramp over a tenth of it to 0.7 of the curve's peak, held, and a line to 0 over the last fifth."""
-    planner = Planner(TrainingConfig(max_steps=100, warmup_steps=10, lr_scale=2.0, cooldown=0.2), d_model=64)
+    config = TrainingConfig(max_steps=100, warmup_steps=10, lr_scale=2.0, cooldown=0.2)
+    paper = schedule_for(config, 64, 100, "by hand")
     for update in (1, 5, 10, 50, 81, 90, 100):
         done = (update - 1) / 100
-        paper = 2.0 * 64**-0.5 * min(update**-0.5, update * 10**-1.5)
-        assert planner.rate(update, done) == pytest.approx(paper * min(1.0, (1 - done) / 0.2), rel=1e-12)
-    planned = Planner(TrainingConfig(max_steps=100, warmup_steps=10, schedule="planned"), d_model=64)
+        rate = 2.0 * 64**-0.5 * min(update**-0.5, update * 10**-1.5)
+        assert scheduled_rate(update, paper) == pytest.approx(rate * min(1.0, (1 - done) / 0.2), rel=1e-12)
+    planned = schedule_for(TrainingConfig(max_steps=100, warmup_steps=10, schedule="planned"), 64, 100, "")
     peak = 0.7 * 64**-0.5 * 10**-0.5
-    rates = [planned.rate(u, (u - 1) / 100) for u in range(1, 101)]
+    rates = [scheduled_rate(u, planned) for u in range(1, 101)]
     assert rates == pytest.approx([min(u / 10, 1.0, (1 - (u - 1) / 100) / 0.2) * peak for u in range(1, 101)],
                                   rel=1e-12)
+    unknown = schedule_for(TrainingConfig(max_minutes=1.0, warmup_steps=10), 64, None, "", measure=True)
+    assert [scheduled_rate(u, unknown) for u in (5, 10, 10**6)] == pytest.approx([peak / 2, peak, peak]), \
+        "no end known yet: a rise to the peak, held"
+
+
+class _Clock:
+    """A clock whose minutes are given, one process."""
+
+    def __init__(self):
+        self.now = 0.0
+
+    def minutes(self):
+        return self.now
+
+    def rank0(self, value):
+        return value
+
+
+def test_the_planner_measures_once_after_update_30_and_plans_the_rest_from_there():
+    """Oracle, by hand: 20 updates between minute 0.1 (update 10) and 0.3 (update 30): 100 a minute,
+    so 30 + 100 x 0.7 = 100 updates in the budget of 1 minute; the ramp goes on from update 30."""
+    config = TrainingConfig(max_minutes=1.0, warmup_steps=800)
+    first = schedule_for(config, 64, 500, "timed", measure=True)
+    planner, clock, made = Planner(config, first, 0), _Clock(), []
+    for step in range(1, 60):
+        clock.now = step / 100
+        made.append((step, planner.measure(step, 0.25e-3, clock)))
+    made = [(step, schedule) for step, schedule in made if schedule is not None]
+    assert [step for step, _ in made] == [30], "once, after update 30"
+    schedule = made[0][1]
+    assert (schedule.updates, schedule.start, schedule.start_rate, schedule.measure) == (100, 30, 0.25e-3, False)
+    assert schedule.why == "measured at update 30: 100 updates a minute, about 100 in 1 min"
+    assert scheduled_rate(31, schedule) > 0.25e-3 and scheduled_rate(101, schedule) == 0.0
+    said = Planner(config, schedule, 0)
+    assert all(said.measure(step, 1e-3, clock) is None for step in range(1, 60)), "measured: not again"
 
 
 def test_the_loss_window_sums_loss_and_tokens_between_reads():

@@ -25,9 +25,12 @@ from transformer.model import TransformerConfig
 from transformer.presets import PAPER, PRESETS, TEXT_VOCAB
 from transformer.runs import (
     FEW_UPDATES,
+    PLAN_UPDATES,
+    Schedule,
     fitted_dropout,
     fitted_layers,
     fitted_max_tokens,
+    schedule_for,
 )
 
 
@@ -222,13 +225,15 @@ class Decision:
 
 @dataclass
 class RunPlan:
-    """The resolved configurations of a run, the decisions behind them, and the
-    fingerprint of each split of the data it trains on (the Trainer's, once built)."""
+    """The resolved configurations of a run, the decisions behind them, the
+    fingerprint of each split of the data it trains on (the Trainer's, once built), and
+    the schedule of its rate (the Runs chapter's Schedule)."""
 
     model: TransformerConfig
     training: TrainingConfig
     decisions: list[Decision] = field(default_factory=list)
     data: dict[str, str] = field(default_factory=dict)
+    schedule: Schedule | None = None
 
     def decided(self, decisions: list[Decision]) -> RunPlan:
         """The plan with `decisions` in place of those of the same settings."""
@@ -253,19 +258,27 @@ class RunPlan:
     def to_dict(self) -> dict:
         """The plan as JSON holds it (plan.json, a checkpoint's "plan")."""
         return {"model": self.model.to_dict(), "training": asdict(self.training),
-                "decisions": [asdict(d) for d in self.decisions], "data": self.data}
+                "decisions": [asdict(d) for d in self.decisions], "data": self.data,
+                "schedule": self.schedule and asdict(self.schedule)}
 
     @classmethod
     def from_dict(cls, saved: dict) -> RunPlan:
+        schedule = saved.get("schedule")  # None: a plan saved before it held one
         return cls(TransformerConfig(**saved["model"]),
                    TrainingConfig(**saved["training"]),
-                   [Decision(**d) for d in saved["decisions"]], saved.get("data", {}))
+                   [Decision(**d) for d in saved["decisions"]], saved.get("data", {}),
+                   schedule and Schedule(**schedule))
 
     def save(self, out: Path) -> Path:
         """out/plan.json, whole or not at all."""
         text = json.dumps(self.to_dict(), indent=1) + "\n"
         write_atomically(out / "plan.json", lambda file: file.write(text.encode()))
         return out / "plan.json"
+
+    def scheduled(self, schedule: Schedule) -> RunPlan:
+        """The plan with `schedule`, and its line in the table ("rate")."""
+        decision = Decision("rate", schedule.describe(), schedule.why)
+        return replace(self.decided([decision]), schedule=schedule)
 
     def checked(self, data: Decision) -> RunPlan:
         """The plan with the data decision `data` (data_check's); an earlier one that
@@ -286,14 +299,16 @@ def shown(value: object) -> str:
 def given_plan(model_config: TransformerConfig, config: TrainingConfig,
                device: torch.device | None = None) -> RunPlan:
     """The plan of configurations made by hand: each setting not at its default is
-    "given" (the schedule: its reason), and the device's are decided (resolved)."""
+    "given" (the schedule: its reason), the device and its settings are decided
+    (resolved), and the rate's schedule too, untimed (first_schedule)."""
     decisions = [Decision(f.name, getattr(config, f.name), "given")
                  for f in fields(config) if f.name != "schedule"
                  and getattr(config, f.name) != f.default]
     decisions.append(Decision("schedule", config.schedule, schedule_reason(config)))
     config, decided = resolved(config, device)
     decisions = [d for d in decisions if d.setting not in {x.setting for x in decided}]
-    return RunPlan(model_config, config, decisions + decided)
+    plan = RunPlan(model_config, config, decisions + decided)
+    return plan.scheduled(first_schedule(config, model_config.d_model))
 
 
 def device_settings(device: torch.device, precision: str = "auto",
@@ -321,11 +336,14 @@ def device_settings(device: torch.device, precision: str = "auto",
 
 def resolved(config: TrainingConfig, device: torch.device | None = None
              ) -> tuple[TrainingConfig, list[Decision]]:
-    """`config` with its device settings decided (device_settings) on `device` (by
-    default the one config.device names), and those decisions."""
+    """`config` with its device (by default the one config.device names: pick_device,
+    the one call of a run) and its device settings decided (device_settings), and
+    those decisions."""
     device = device or pick_device(config.device)
-    decided = device_settings(device, config.precision, config.compile,
-                              config.pad_multiple)
+    why = "auto: CUDA, then MPS, then CPU" if config.device == "auto" else "given"
+    decided = [Decision("device", str(device), why)]
+    decided += device_settings(device, config.precision, config.compile,
+                               config.pad_multiple)
     return replace(config, **{d.setting: d.value for d in decided}), decided
 
 
@@ -475,33 +493,68 @@ def schedule_reason(config: TrainingConfig) -> str:
                                                  else "")
 
 
+def projected(config: TrainingConfig) -> bool:
+    """Whether the schedule's end is projected from a budget of minutes: a planned
+    schedule or a cool-down, under max_minutes."""
+    return config.max_minutes is not None and (config.planned or bool(config.cooldown))
+
+
+def first_schedule(config: TrainingConfig, d_model: int,
+                   timing: Timing | None = None) -> Schedule:
+    """The schedule of the rate before the first update (schedule_for): its end at
+    max_steps, or projected from `timing` for a budget of minutes and measured again
+    after the first updates (Planner; untimed: by that measurement alone)."""
+    if not projected(config):
+        why = "planned for max_steps" if config.planned else "the paper's curve"
+        if config.cooldown:
+            why += f", cooled down over the last {config.cooldown:.0%} of max_steps"
+        return schedule_for(config, d_model, config.max_steps, why)
+    again = f"measured again after update {PLAN_UPDATES[1]}"
+    if timing is None:
+        return schedule_for(config, d_model, config.max_steps, f"untimed: {again}",
+                            measure=True)
+    minutes = config.max_minutes
+    updates = int(60 * minutes / timing.seconds)
+    if config.max_steps is not None:
+        updates = min(updates, config.max_steps)
+    why = (f"one update took {timing.seconds:.3f} s: about {updates:,} in {minutes:g} "
+           f"min; {again}")
+    return schedule_for(config, d_model, updates, why, measure=True)
+
+
 def timed_decisions(plan: RunPlan, fit: BudgetFit | None, timer: Timer | None,
                     given: set[str]) -> RunPlan:
     """`plan` with what one update timed decides, where anything does, but for the
-    settings `given` by name."""
+    settings `given` by name; and its schedule (first_schedule)."""
     config, model_config = plan.training, plan.model
-    if plan.why("max_steps") not in (None, "given") and timer is not None:
-        seconds = timer(model_config, replace(config, compile=False)).seconds
-        why = plan.why("max_steps")  # a budget the run did not give: its cost here
-        return plan.decided([projected_cost(config.max_steps, seconds, why)])
+    cost = plan.why("max_steps") not in (None, "given")
     wanted = fit and (fit.halve_batch and "max_tokens" not in given
                       or fit.dropout_by_passes and "dropout" not in given
                       or fit.layers_by_updates and not given & SIZED_BY)
-    if not (wanted and config.planned and config.max_steps is None
-            and not config.compile):
-        return plan
-    if timer is None:
+    wanted = wanted and config.planned and config.max_steps is None
+    if wanted and not config.compile and timer is None:
         raise ValueError("this plan times one update (a planned run of minutes alone "
                          "that fits its batch, P_drop or N): give make_plan a timer")
-    fitted = fit_budget(config, model_config, fit, timer(model_config, config), given)
-    value = {d.setting: d.value for d in fitted}
-    tokens = value.pop("max_tokens", config.max_tokens)
-    return replace(plan.decided(fitted), training=replace(config, max_tokens=tokens),
-                   model=replace(model_config, **value))
+    timing = None
+    if timer is not None and (cost or wanted or projected(config)):
+        timing = timer(model_config, replace(config, compile=False))
+    if cost and timing is not None:
+        why = plan.why("max_steps")  # a budget the run did not give: its cost here
+        plan = plan.decided([projected_cost(config.max_steps, timing.seconds, why)])
+    elif wanted and not config.compile:
+        fitted = fit_budget(config, model_config, fit, timing, given)
+        value = {d.setting: d.value for d in fitted}
+        tokens = value.pop("max_tokens", config.max_tokens)
+        plan = replace(plan.decided(fitted), model=replace(model_config, **value),
+                       training=replace(config, max_tokens=tokens))
+    return plan.scheduled(first_schedule(plan.training, plan.model.d_model, timing))
 
 
 OLD_FITTING = ("fit_batch", "dropout_by_passes", "few_epochs_dropout")  # before plans
-DEVICE_AUTO = {"precision": "auto", "compile": None, "pad_multiple": None}
+DEVICE_AUTO = {"device": "auto", "precision": "auto", "compile": None,
+               "pad_multiple": None}
+SCHEDULE_SETTINGS = {"max_steps", "max_minutes", "warmup_steps", "lr_scale", "cooldown",
+                     "schedule"}
 
 
 def resumed_plan(state: dict, **given) -> RunPlan:
@@ -524,8 +577,12 @@ def resumed_plan(state: dict, **given) -> RunPlan:
     training, decided = resolved(replace(plan.training, **given, **again))
     auto = {d.setting for d in decided if d.why != "given"}  # "auto" decided here
     decisions = [d for d in decisions if d.setting not in auto]
-    return RunPlan(plan.model, training, decisions + [d for d in decided
-                                                      if d.setting in auto], plan.data)
+    decisions += [d for d in decided if d.setting in auto]
+    plan = RunPlan(plan.model, training, decisions, plan.data, plan.schedule)
+    if plan.schedule is None or given.keys() & SCHEDULE_SETTINGS:  # decided again
+        schedule = first_schedule(training, plan.model.d_model)
+        plan = plan.scheduled(replace(schedule, why=f"at resume, {schedule.why}"))
+    return plan
 
 
 def data_check(saved: dict[str, str] | None, now: dict[str, str], source: str,
@@ -574,6 +631,8 @@ __all__ = [
     'preset_settings',
     'projected_cost',
     'schedule_reason',
+    'projected',
+    'first_schedule',
     'timed_decisions',
     'resumed_plan',
     'data_check',

@@ -46,19 +46,9 @@ class Clock:
     def __init__(self, config: RunSettings, world_size: int, device: torch.device):
         self.config, self.world_size, self.device = config, world_size, device
         self.started = self.last_checkpoint = time.perf_counter()
-        self.shared_minutes = 0.0  # rank 0's minutes, as last broadcast
 
     def minutes(self) -> float:
         return (time.perf_counter() - self.started) / 60
-
-    def done(self, step: int) -> float:
-        """The fraction of the run done after `step` steps: of max_steps or of
-        max_minutes, whichever is nearer its end (the same on every process)."""
-        config = self.config
-        minutes = self.minutes() if self.world_size == 1 else self.shared_minutes
-        by_steps = step / config.max_steps if config.max_steps else 0.0
-        by_time = minutes / config.max_minutes if config.max_minutes else 0.0
-        return min(1.0, max(by_steps, by_time))
 
     def checkpointed(self) -> None:
         self.last_checkpoint = time.perf_counter()
@@ -71,10 +61,12 @@ class Clock:
         dist.broadcast(value, 0)
         return value.item()
 
-    def decide(self, step: int) -> tuple[bool, bool]:
-        """(stop now, checkpoint now) after `step` steps."""
+    def decide(self, step: int, last: int | None = None) -> tuple[bool, bool]:
+        """(stop now, checkpoint now) after `step` steps; last: the schedule's last
+        update (Schedule.updates), a stop too."""
         config = self.config
         stop = config.max_steps is not None and step >= config.max_steps
+        stop = stop or (last is not None and step >= last)
         due = bool(config.checkpoint_every) and step > 0
         due = due and step % config.checkpoint_every == 0
         if self.world_size == 1 or step % config.log_every == 0:
@@ -83,11 +75,10 @@ class Clock:
             late = time.perf_counter() - self.last_checkpoint
             late = late >= 60 * config.checkpoint_minutes
             if self.world_size > 1:
-                flags = [float(over), float(late), self.minutes()]
+                flags = [float(over), float(late)]
                 flags = torch.tensor(flags, device=self.device, dtype=torch.float64)
                 dist.broadcast(flags, 0)
                 over, late = bool(flags[0]), bool(flags[1])
-                self.shared_minutes = flags[2].item()
             stop, due = stop or over, due or late
         return stop, due
 
@@ -106,98 +97,120 @@ FALL_SHARE = 0.2  # a planned fall to 0: over this last share of the budget
 
 
 @dataclass(frozen=True)
-class Plan:
-    """A schedule for a run's budget, projected to end at update `updates`: after
-    update `start` (made at `start_rate`), the rate rises linearly to `peak` at update
-    `warmup`, holds it, and falls linearly to 0 over the budget's last `fall`. The
-    budget is this process's, from update `first` (0, or where the run resumed)."""
+class Schedule:
+    """The rate of every update of a run, as its plan decided it (scheduled_rate).
 
-    updates: int
+    "paper": the paper's curve of d_model, warm-up `warmup` and `scale`, times the
+    cool-down's line over the last `cooldown` of the updates to `updates`. "planned":
+    after update `start` (made at `start_rate`) a linear rise to `peak` at update
+    `warmup`, held, then a linear fall to 0 over the last `fall` of the updates from
+    `first` (0, or where a resumed run's budget began) to `updates`. updates: the
+    run's last update, where it stops (None: not known yet, no fall). measure: projected
+    from a budget of minutes, measured again after the first updates (Planner)."""
+
+    kind: str
     warmup: int
     peak: float
+    updates: int | None = None
+    d_model: int = 512
+    scale: float = 1.0
+    cooldown: float = 0.0
     start: int = 0
     start_rate: float = 0.0
     fall: float = FALL_SHARE
     first: int = 0
+    measure: bool = False
+    why: str = ""
 
-    def rate(self, update: int, done: float) -> float:
-        """The rate of update number `update` (from 1), made once `done` (0 to 1) of
-        the run is done."""
-        rise = min(1.0, (update - self.start) / (self.warmup - self.start))
-        rise = self.start_rate + (self.peak - self.start_rate) * rise
-        after = (self.updates - self.warmup) / (self.updates - self.first)
-        span = min(self.fall, after)  # the fall: within what follows the warm-up
-        return max(0.0, min(rise, self.peak, self.peak * (1.0 - done) / span))
+    def describe(self) -> str:
+        """Its shape in a few words: the peak, where it is reached, where it ends."""
+        said = f"{self.kind}: peak {self.peak:.2e} at update {self.warmup:,}"
+        ends = self.updates and (self.kind == "planned" or self.cooldown)
+        return said + (f", 0 after update {self.updates:,}" if ends else "")
 
-    def describe(self, minutes: float | None) -> str:
-        budget = f"{minutes:g} min" if minutes else f"{self.updates:,} updates"
-        return (f"schedule planned for {budget} (about {self.updates:,} updates): the "
-                f"rate rises to {self.peak:.2e} at update {self.warmup:,}, holds, and "
-                f"falls linearly to 0 over the last {self.fall:.0%} of the budget")
+
+def scheduled_rate(update: int, schedule: Schedule) -> float:
+    """The rate of update number `update` (from 1): one pure function of the update
+    and the plan's schedule, as nanoGPT's get_lr(it)."""
+    s = schedule
+    budget = s.updates - s.first if s.updates else 0
+    done = (update - 1 - s.first) / budget if budget else 0.0  # before this update
+    if s.kind == "paper":
+        rate = learning_rate(update, s.d_model, s.warmup, s.scale)
+        return rate * cooldown_factor(done, s.cooldown)
+    rise = min(1.0, (update - s.start) / (s.warmup - s.start))
+    rise = s.start_rate + (s.peak - s.start_rate) * rise
+    if not budget:  # no end known yet: no fall
+        return min(rise, s.peak)
+    span = min(s.fall, (s.updates - s.warmup) / budget)  # the fall: after the warm-up
+    return max(0.0, min(rise, s.peak, s.peak * (1.0 - done) / span))
 
 
 def plan_schedule(updates: int, warmup_steps: int, peak: float, start: int = 0,
-                  rate: float = 0.0, first: int = 0) -> Plan:
-    """The plan, after update `start` (made at `rate`), of a run from update `first`
-    projected to end at update `updates`; its warm-up: WARMUP_SHARE of its updates, at
-    most warmup_steps, and at least twice those before `start`."""
+                  rate: float = 0.0, first: int = 0, **how) -> Schedule:
+    """The planned schedule, after update `start` (made at `rate`), of a run from
+    update `first` projected to end at update `updates`; its warm-up: WARMUP_SHARE of
+    its updates, at most warmup_steps, and at least twice those before `start`. how:
+    Schedule's other fields (why, measure, d_model, scale)."""
     updates = max(updates, start + 2)  # one update of warm-up at least, one of fall
     ramp = min(warmup_steps, round(WARMUP_SHARE * (updates - first)))
     ramp = max(ramp, 2 * (start - first))  # a ramp on from where it is, never a jump
     warmup = min(max(first + ramp, first + 1), updates - 1)
-    return Plan(updates, warmup, peak, start, rate, first=first)
+    return Schedule("planned", warmup, peak, updates, start=start, start_rate=rate,
+                    first=first, **how)
+
+
+def schedule_for(config: RunSettings, d_model: int, updates: int | None, why: str,
+                 measure: bool = False, start: int = 0, rate: float = 0.0,
+                 first: int = 0) -> Schedule:
+    """The schedule `config` names (the paper's, or planned at PEAK_SHARE of the
+    paper's peak) for a run of width d_model that ends at update `updates` (None: not
+    known yet: a planned one rises to its peak at warmup_steps and holds it)."""
+    warmup, scale = config.warmup_steps, config.lr_scale
+    peak = learning_rate(warmup, d_model, warmup, scale)  # the paper's curve's
+    how = {"d_model": d_model, "scale": scale, "measure": measure, "why": why}
+    if not config.planned:
+        return Schedule("paper", warmup, peak, updates, cooldown=config.cooldown,
+                        first=first, **how)
+    if updates is None:
+        return Schedule("planned", max(warmup, start + 1), PEAK_SHARE * peak,
+                        start=start, start_rate=rate, first=first, **how)
+    return plan_schedule(updates, warmup, PEAK_SHARE * peak, start, rate, first, **how)
 
 
 PLAN_UPDATES = (10, 30)  # a run of minutes measures its rate between these updates
 
 
 class Planner:
-    """The rate of each update of a run of a model of width d_model: the paper's
-    schedule until a plan is made (config.planned: from max_steps at once, or measured
-    in a run of minutes), from update `step` on (0, or where the run resumed)."""
+    """The closed loop of a run whose schedule was projected from its minutes
+    (schedule.measure): after update `step` + PLAN_UPDATES[1] (step: where this process
+    began), a schedule planned again from the updates a minute measured since
+    PLAN_UPDATES[0]; once."""
 
-    def __init__(self, config: RunSettings, d_model: int, step: int = 0):
-        self.config, self.d_model, self.first = config, d_model, step
-        warmup, scale = config.warmup_steps, config.lr_scale
-        peak = learning_rate(warmup, d_model, warmup, scale)  # the paper's curve's
-        self.peak = PEAK_SHARE * peak
-        self.plan, self.mark = None, 0.0  # mark: minutes at the first update counted
-        if config.planned and config.max_minutes is None:
-            self.plan = plan_schedule(config.max_steps, config.warmup_steps, self.peak)
-        self.unsaid = self.plan  # a plan made from max_steps, not yet in the log
+    def __init__(self, config: RunSettings, schedule: Schedule, step: int = 0):
+        self.config, self.d_model, self.first = config, schedule.d_model, step
+        self.pending, self.mark = schedule.measure, 0.0  # mark: minutes at the first
 
-    def rate(self, update: int, done: float) -> float:
-        """The rate of update number `update` (from 1), made once `done` (0 to 1) of
-        the run is done: the paper's, cooled down, or the plan's."""
-        if self.plan is None:  # a planned run never above its peak (one resumed)
-            c = self.config
-            paper = learning_rate(update, self.d_model, c.warmup_steps, c.lr_scale)
-            paper *= cooldown_factor(done, c.cooldown)
-            return min(paper, self.peak) if c.planned else paper
-        return self.plan.rate(update, done)
-
-    def measure(self, step: int, rate: float, clock: Clock) -> Plan | None:
-        """After update `step` (made at `rate`), on the run's `clock`: the plan, for the
-        log, when it is made now (one made from max_steps: after the first update)."""
-        if self.unsaid is not None:
-            said, self.unsaid = self.unsaid, None
-            return said
-        if not self.config.planned or self.plan is not None:
-            return None
+    def measure(self, step: int, rate: float, clock: Clock) -> Schedule | None:
+        """After update `step` (made at `rate`), on the run's `clock`: the schedule
+        planned again now, or None."""
         counted = step - self.first
+        if not self.pending or counted < PLAN_UPDATES[0]:
+            return None
         if counted == PLAN_UPDATES[0]:
             self.mark = clock.minutes()
         if counted < PLAN_UPDATES[1]:
             return None
-        minutes = clock.minutes()
-        per_minute = (counted - PLAN_UPDATES[0]) / (minutes - self.mark)
-        updates = step + int(per_minute * (self.config.max_minutes - minutes))
-        updates = int(clock.rank0(updates))  # one plan for every replica
+        self.pending, minutes = False, clock.minutes()
+        per_minute = clock.rank0((counted - PLAN_UPDATES[0]) / (minutes - self.mark))
+        budget = self.config.max_minutes
+        updates = int(clock.rank0(step + int(per_minute * (budget - minutes))))
         if self.config.max_steps is not None:
             updates = min(updates, self.config.max_steps)
-        warmup = self.config.warmup_steps
-        self.plan = plan_schedule(updates, warmup, self.peak, step, rate, self.first)
-        return self.plan
+        why = (f"measured at update {step:,}: {per_minute:,.0f} updates a minute, "
+               f"about {updates:,} in {budget:g} min")
+        return schedule_for(self.config, self.d_model, updates, why, start=step,
+                            rate=rate, first=self.first)
 
 
 def fitted_max_tokens(max_tokens: int, seconds: float,
@@ -333,8 +346,10 @@ __all__ = [
     'RunSettings',
     'Clock',
     'cooldown_factor',
-    'Plan',
+    'Schedule',
+    'scheduled_rate',
     'plan_schedule',
+    'schedule_for',
     'Planner',
     'fitted_max_tokens',
     'fitted_dropout',

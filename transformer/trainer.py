@@ -9,7 +9,7 @@ import math
 import statistics
 import tempfile
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import asdict, replace
 from pathlib import Path
 
@@ -32,7 +32,6 @@ from transformer.devices import (
     autocast_dtype,
     data_parallel,
     init_distributed,
-    pick_device,
     sum_over_ranks,
 )
 from transformer.fast import FastPaths, keep_freed_memory, output_loss
@@ -44,17 +43,12 @@ from transformer.plan import (
     data_check,
     given_plan,
     make_plan,
+    resolved,
     resumed_plan,
 )
 from transformer.prepared import PreparedData, prepare_data
-from transformer.runs import (
-    Clock,
-    LossWindow,
-    Planner,
-    deferred_signals,
-    forget_metrics_after,
-    run_log,
-)
+from transformer.runs import (Clock, LossWindow, Planner, Schedule, deferred_signals,
+                              forget_metrics_after, run_log, scheduled_rate)
 from transformer.samplers import TokenBatchSampler, TrainBatches, rank_sampler
 from transformer.tokenizer import PAD
 from transformer.training import adam, label_smoothed_loss
@@ -134,53 +128,79 @@ def check_vocabulary(model: Transformer, tokenizer: Tokenizer) -> None:
         )
 
 
+def placed(model: Transformer, tokenizer: Tokenizer,
+           device: torch.device) -> Transformer:
+    """The model on `device`, its vocabulary checked against the tokenizer's (on a CPU
+    with the fast paths, freed memory kept for the next step: keep_freed_memory)."""
+    check_vocabulary(model, tokenizer)
+    model = model.to(device)
+    if device.type == "cpu" and FastPaths.enabled:
+        keep_freed_memory()
+    return model
+
+
+def precision(config: TrainingConfig, device: torch.device
+              ) -> tuple[torch.dtype | None, torch.amp.GradScaler]:
+    """The autocast dtype of the plan's precision, and the loss scaler (on for fp16)."""
+    dtype = autocast_dtype(config.precision, device)
+    return dtype, torch.amp.GradScaler(device.type, enabled=dtype == torch.float16)
+
+
+def train_batches(split: TokenizedSplit, config: TrainingConfig, rank: int,
+                  world_size: int, device: torch.device) -> TrainBatches:
+    """This process's batches of `split`: its share of each update (rank_sampler),
+    prepared ahead (config.prefetch) onto `device`."""
+    sampler = rank_sampler(split.lengths(), config, rank, world_size,
+                           config.pad_multiple)
+    return TrainBatches(split, sampler, config.prefetch, device)
+
+
+def compiled(loss: Callable, config: TrainingConfig, device: torch.device,
+             world_size: int) -> Callable:
+    """The step's `loss`, through torch.compile where the plan compiles it."""
+    if not config.compile:
+        return loss
+    return torch.compile(loss, options=compile_options(config, device, world_size))
+
+
 class Trainer:
     """Trains `model` on `data` (see prepare_data) as `config` says, writing to `out`.
 
     plan: the run's (make_plan); None: given_plan's of `config`. optimizer: by default
-    the paper's Adam (training.adam); its rate is set before each update (Planner.rate).
-    overwrite: delete another run's files in `out` first (see check_output_folder)."""
+    the paper's Adam (training.adam); its rate is set before each update
+    (scheduled_rate of the plan's schedule). overwrite: delete another run's files in
+    `out` first (see check_output_folder)."""
 
     def __init__(
         self, model: Transformer, data: PreparedData, config: TrainingConfig,
         out: str | Path, optimizer: torch.optim.Optimizer | None = None,
         overwrite: bool = False, plan: RunPlan | None = None,
     ):
-        self.device = pick_device(config.device)
-        plan = plan or given_plan(model.config, config, self.device)
-        self.config, self.out, self.data = plan.training, Path(out), data
+        plan = plan or given_plan(model.config, config)
         # what runs: the model with its vocabulary, the data with its fingerprints
         self.plan = replace(plan, model=model.config, data=data.fingerprints)
+        self.config, self.out, self.data = self.plan.training, Path(out), data
+        self.device = torch.device(self.config.device)  # decided by the plan
         self.overwrite, self.owns_out = overwrite, False  # owns_out: out holds this run
         self.rank, self.world_size = init_distributed(self.device)
-        check_vocabulary(model, data.tokenizer)
-        self.model = model.to(self.device)
-        if self.device.type == "cpu" and FastPaths.enabled:
-            keep_freed_memory()
+        self.model, self.step = placed(model, data.tokenizer, self.device), 0
         torch.manual_seed(self.config.seed + self.rank)  # other masks on each rank
         self.optimizer = optimizer or adam(model)
-        self.step, self.rates = 0, Planner(self.config, model.config.d_model)
-        self.dtype = autocast_dtype(self.config.precision, self.device)
-        self.scaler = torch.amp.GradScaler(self.device.type,
-                                           enabled=self.dtype == torch.float16)
+        self.dtype, self.scaler = precision(self.config, self.device)
         self.compile = self.config.compile
-        sampler = rank_sampler(data.train.lengths(), self.config, self.rank,
-                               self.world_size, self.config.pad_multiple)
-        self.batches = TrainBatches(data.train, sampler, self.config.prefetch,
-                                    self.device)
+        self.batches = train_batches(data.train, self.config, self.rank,
+                                     self.world_size, self.device)
         self.network = data_parallel(self.model, self.device, self.world_size)
-        self.forward_loss = self._loss if not self.compile else torch.compile(
-            self._loss, options=compile_options(self.config, self.device,
-                                                self.world_size))
+        self.forward_loss = compiled(self._loss, self.config, self.device,
+                                     self.world_size)
 
     def fit(self, progress: bool = True) -> dict[str, float]:
         """Train until max_steps, max_minutes or a signal; returns the last metrics.
         After SIGINT or SIGTERM it stops after the current step with a checkpoint, and
         the result has "interrupted": the signal's number."""
-        config = self.config
-        metrics: dict[str, float] = {}
+        config, metrics = self.config, {}
         clock = Clock(config, self.world_size, self.device)
-        self.rates = Planner(config, self.model.config.d_model, self.step)
+        planner = Planner(config, self.plan.schedule, self.step)  # the one, built once
         window = LossWindow(self.device)
         if progress and self.rank == 0:
             print(self.plan.table(), flush=True)
@@ -190,18 +210,17 @@ class Trainer:
                 if "data_changed_ok" in (changed := self.plan.why("data_check") or ""):
                     log({"step": self.step, "data_changed": changed})  # from here on
                 while not received:
-                    stop, checkpoint_due = clock.decide(self.step)
+                    stop, due = clock.decide(self.step, self.plan.schedule.updates)
                     if stop:
                         break
-                    if checkpoint_due:
+                    if due:
                         self.save()
                         clock.checkpointed()
-                    rate = self.rates.rate(self.step + 1, clock.done(self.step))
-                    window.add(*self.train_step(rate))
+                    window.add(*self.train_step())
                     log(None)
-                    if plan := self.rates.measure(self.step, rate, clock):
-                        text = plan.describe(config.max_minutes)
-                        log({"step": self.step, "plan": {**asdict(plan), "text": text}})
+                    rate = self.optimizer.param_groups[0]["lr"]  # this update's
+                    if schedule := planner.measure(self.step, rate, clock):
+                        replanned(self, schedule, log)
                     last = self.step == config.max_steps
                     if self.step % config.log_every == 0 or last:
                         metrics = {"step": self.step, **window.read(self.world_size),
@@ -218,71 +237,22 @@ class Trainer:
             log(final)  # the bar is closed; the record still goes to metrics.jsonl
         return {**metrics, **final}
 
-    def time_update(self, repeats: int = 3) -> float:
-        """Seconds of one update's forward and backward passes on the run's next
-        batches: the median of `repeats`, after one untimed. The weights, the optimizer,
-        the random state and the batches' position are left as they were."""
-        position = self.batches.epoch, self.batches.index
-        batches = [self.batches.next() for _ in range(self.config.accumulate)]
-        self.batches.seek(*position)
-        self.network.train()
-        seconds, accelerator = [], self.device.type != "cpu"
-        devices = [self.device] if accelerator else []  # the CPU's generator: always
-        with torch.random.fork_rng(devices, device_type=self.device.type):
-            for _ in range(repeats + 1):
-                start = time.perf_counter()
-                for batch in batches:
-                    loss = self.forward_loss(batch.src, batch.tgt_in, batch.tgt_out,
-                                             batch.segments)
-                    loss.backward()
-                if accelerator:
-                    torch.accelerator.synchronize(self.device)
-                seconds.append(time.perf_counter() - start)
-        self.optimizer.zero_grad(set_to_none=True)
-        return statistics.median(seconds[1:])
+    @staticmethod
+    def from_plan(plan: RunPlan, out: str | Path, overwrite: bool = False) -> Trainer:
+        """A new run of `plan` (built_trainer)."""
+        return built_trainer(plan, out, overwrite)
 
-    @classmethod
-    def from_plan(
-        cls, plan: RunPlan, out: str | Path, overwrite: bool = False,
-        state: dict | None = None, resumed_from: Path | None = None,
-    ) -> Trainer:
-        """Check the output folder, prepare the data, build the model (its vocabulary
-        the tokenizer's) and a Trainer that runs `plan`. resumed_from: the folder of
-        `state`, a checkpoint's."""
-        own = resumed_from is not None and resumed_from.resolve() == Path(out).resolve()
-        if init_distributed(pick_device(plan.training.device))[0] == 0:  # rank 0 writes
-            check_output_folder(Path(out), own, overwrite)
-        tokenizer = None if state is None else Tokenizer.from_str(state["tokenizer"])
-        model, data = model_and_data(plan.model, plan.training, tokenizer)
-        trainer = cls(model, data, plan.training, out, overwrite=overwrite, plan=plan)
-        trainer.owns_out = own
-        if state is not None:
-            restore_training_state(trainer, state)
-        return trainer
-
-    @classmethod
-    def from_config(
-        cls, model_config: TransformerConfig, config: TrainingConfig, out: str | Path,
-        overwrite: bool = False,
-    ) -> Trainer:
+    @staticmethod
+    def from_config(model_config: TransformerConfig, config: TrainingConfig,
+                    out: str | Path, overwrite: bool = False) -> Trainer:
         """A new run of configurations made by hand (given_plan's plan)."""
-        return cls.from_plan(given_plan(model_config, config), out, overwrite)
+        return built_trainer(given_plan(model_config, config), out, overwrite)
 
-    @classmethod
-    def resume(
-        cls, path: str | Path, out: str | Path | None = None, overwrite: bool = False,
-        data_changed_ok: bool = False, **overrides,
-    ) -> Trainer:
-        """Continue the run of a checkpoint (or of the newest checkpoint in a folder),
-        in its folder or in `out`, under its plan (resumed_plan) and `overrides`, on the
-        data it trained on (data_check; data changed since: data_changed_ok)."""
-        state, path = training_checkpoint(path)
-        plan = resumed_plan(state, **overrides)
-        trainer = cls.from_plan(plan, out or path.parent, overwrite, state, path.parent)
-        saved = state.get("plan", {}).get("data") or None  # None: not kept then
-        trainer.plan = trainer.plan.checked(data_check(
-            saved, trainer.data.fingerprints, path.name, trainer.step, data_changed_ok))
-        return trainer
+    @staticmethod
+    def resume(path: str | Path, out: str | Path | None = None, overwrite: bool = False,
+               data_changed_ok: bool = False, **overrides) -> Trainer:
+        """Continue the run of a checkpoint (resumed_trainer)."""
+        return resumed_trainer(path, out, overwrite, data_changed_ok, **overrides)
 
     def _loss(self, src: Tensor, tgt_in: Tensor, tgt_out: Tensor,
               segments: tuple[Tensor, Tensor] | None = None) -> Tensor:
@@ -297,13 +267,11 @@ class Trainer:
                 return label_smoothed_loss(out, tgt_out, epsilon)
             return output_loss(out, self.model.output.linear.weight, tgt_out, epsilon)
 
-    def train_step(self, rate: float | None = None) -> tuple[Tensor, int]:
-        """One update at `rate` (None: Planner.rate's, by steps). Returns this process's
-        summed loss, a tensor left on the device (reading it would make the host wait),
-        and its number of target tokens."""
-        if rate is None:
-            steps = self.config.max_steps
-            rate = self.rates.rate(self.step + 1, self.step / steps if steps else 0.0)
+    def train_step(self) -> tuple[Tensor, int]:
+        """One update at its rate (scheduled_rate of the plan's schedule). Returns
+        this process's summed loss, a tensor left on the device (reading it would make
+        the host wait), and its number of target tokens."""
+        rate = scheduled_rate(self.step + 1, self.plan.schedule)
         for group in self.optimizer.param_groups:
             group["lr"] = rate
         self.network.train()
@@ -363,6 +331,16 @@ def holding_folder(trainer: Trainer) -> Iterator[None]:
         trainer.batches.close()
 
 
+def replanned(trainer: Trainer, schedule: Schedule, log: Callable) -> None:
+    """The trainer's plan with the schedule its Planner measured: in plan.json (rank
+    0), in every later checkpoint (training_state), and in the log."""
+    trainer.plan = trainer.plan.scheduled(schedule)
+    if trainer.rank == 0:
+        trainer.plan.save(trainer.out)
+    text = f"schedule {schedule.describe()}: {schedule.why}"
+    log({"step": trainer.step, "plan": {**asdict(schedule), "text": text}})
+
+
 def stopped_by_signal(trainer: Trainer, metrics: dict, signum: int) -> dict:
     """The checkpoint of a run stopped by SIGINT/SIGTERM, and its last metrics."""
     saved = checkpoint_path(trainer.out, trainer.step)
@@ -372,18 +350,46 @@ def stopped_by_signal(trainer: Trainer, metrics: dict, signum: int) -> dict:
     return {**metrics, "step": trainer.step, "interrupted": signum}
 
 
+def time_update(trainer: Trainer, repeats: int = 3) -> float:
+    """Seconds of one update's forward and backward passes on the trainer's next
+    batches: the median of `repeats`, after one untimed. The weights, the optimizer,
+    the random state and the batches' position are left as they were."""
+    position = trainer.batches.epoch, trainer.batches.index
+    batches = [trainer.batches.next() for _ in range(trainer.config.accumulate)]
+    trainer.batches.seek(*position)
+    trainer.network.train()
+    device = trainer.device
+    seconds, accelerator = [], device.type != "cpu"
+    devices = [device] if accelerator else []  # the CPU's generator: always
+    with torch.random.fork_rng(devices, device_type=device.type):
+        for _ in range(repeats + 1):
+            start = time.perf_counter()
+            for batch in batches:
+                loss = trainer.forward_loss(batch.src, batch.tgt_in, batch.tgt_out,
+                                            batch.segments)
+                loss.backward()
+            if accelerator:
+                torch.accelerator.synchronize(device)
+            seconds.append(time.perf_counter() - start)
+    trainer.optimizer.zero_grad(set_to_none=True)
+    return statistics.median(seconds[1:])
+
+
 def time_first_update(model_config: TransformerConfig,
                       config: TrainingConfig) -> Timing:
     """One update of the run of these configurations timed before it starts (rank 0's
-    seconds), the updates of a pass over its data, and whether half its batch fits."""
-    init_distributed(pick_device(config.device))  # the data: rank 0's first
+    seconds), the updates of a pass over its data, and whether half its batch fits.
+    config: the plan's, its device decided (else decided here: made by hand)."""
+    if None in (config.compile, config.pad_multiple) or "auto" in (config.device,
+                                                                    config.precision):
+        config = resolved(config)[0]
+    init_distributed(torch.device(config.device))  # the data: rank 0's first
     with tempfile.TemporaryDirectory() as folder:
         model, data = model_and_data(model_config, config)
-        probe = Trainer(model, data, config, folder)
+        probe = Trainer(model, data, config, folder, plan=RunPlan(model_config, config))
         try:
             clock = Clock(config, probe.world_size, probe.device)
-            seconds = clock.rank0(probe.time_update())
-            config = probe.config  # its device settings decided
+            seconds = clock.rank0(time_update(probe))
             per_pass = len(probe.batches.sampler) / config.accumulate
             half = replace(config, max_tokens=config.max_tokens // 2)
             try:  # the half may hold not the longest pair, or no packed row
@@ -435,16 +441,60 @@ def model_and_data(
     return Transformer(model_config), data
 
 
+def built_trainer(
+    plan: RunPlan, out: str | Path, overwrite: bool = False,
+    state: dict | None = None, resumed_from: Path | None = None,
+) -> Trainer:
+    """Check the output folder, prepare the data, build the model (its vocabulary
+    the tokenizer's) and a Trainer that runs `plan`. resumed_from: the folder of
+    `state`, a checkpoint's."""
+    own = resumed_from is not None and resumed_from.resolve() == Path(out).resolve()
+    if init_distributed(torch.device(plan.training.device))[0] == 0:  # rank 0 writes
+        check_output_folder(Path(out), own, overwrite)
+    tokenizer = None if state is None else Tokenizer.from_str(state["tokenizer"])
+    model, data = model_and_data(plan.model, plan.training, tokenizer)
+    trainer = Trainer(model, data, plan.training, out, overwrite=overwrite, plan=plan)
+    trainer.owns_out = own
+    if state is not None:
+        restore_training_state(trainer, state)
+    return trainer
+
+
+def resumed_trainer(
+    path: str | Path, out: str | Path | None = None, overwrite: bool = False,
+    data_changed_ok: bool = False, **overrides,
+) -> Trainer:
+    """Continue the run of a checkpoint (or of the newest checkpoint in a folder),
+    in its folder or in `out`, under its plan (resumed_plan: its schedule too) and
+    `overrides`, on the data it trained on (data_check; data changed since:
+    data_changed_ok)."""
+    state, path = training_checkpoint(path)
+    plan = resumed_plan(state, **overrides)
+    trainer = built_trainer(plan, out or path.parent, overwrite, state, path.parent)
+    saved = state.get("plan", {}).get("data") or None  # None: not kept then
+    trainer.plan = trainer.plan.checked(data_check(
+        saved, trainer.data.fingerprints, path.name, trainer.step, data_changed_ok))
+    return trainer
+
+
 __all__ = [
     'training_state',
     'restore_training_state',
     'validation_loss',
     'check_vocabulary',
+    'placed',
+    'precision',
+    'train_batches',
+    'compiled',
     'Trainer',
     'holding_folder',
+    'replanned',
     'stopped_by_signal',
+    'time_update',
     'time_first_update',
     'plan_run',
     'compile_options',
     'model_and_data',
+    'built_trainer',
+    'resumed_trainer',
 ]
