@@ -397,3 +397,15 @@ def test_binder_installs_the_cpu_torch_the_pins_and_the_package():
     runtime = (binder / "runtime.txt").read_text().strip()
     requires = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["requires-python"]
     assert runtime == f"python-{requires.removeprefix('>=')}"
+
+
+def test_no_class_of_the_package_is_over_150_lines():
+    """Issue 110: a class holds one concern (the Trainer its loop and step, TransformerConfig
+    its schema); what builds or catalogues sits beside it as functions or data."""
+    import ast
+
+    long = [f"{path.name}: {node.name} ({node.end_lineno - node.lineno + 1} lines)"
+            for path in sorted((ROOT / "transformer").glob("*.py"))
+            for node in ast.walk(ast.parse(path.read_text()))
+            if isinstance(node, ast.ClassDef) and node.end_lineno - node.lineno >= 150]
+    assert not long, f"classes over 150 lines: {long}"
