@@ -116,7 +116,7 @@
       node("p", { style: "margin: 0.6em 0 0.3em; font-weight: 600" }, box, null).textContent =
         `Step ${step.t}: the ${step.candidates.length} best extensions of the beam's prefixes`;
       const table = node("table", { class: "beam-candidates", style: "border-collapse: collapse; font-size: 0.9em" }, box, null);
-      const cell = "padding: 3px 10px; border-bottom: 1px solid rgba(128,128,128,0.3); text-align: ";
+      const cell = "padding: 4px 10px; border-bottom: 1px solid rgba(128,128,128,0.3); text-align: ";
       const headRow = node("tr", {}, node("thead", {}, table, null), null);
       ["prefix", "+ token", "log P(token)", "log P", "score", "what became of it"].forEach((h, i) =>
         (node("th", { style: cell + (i < 2 ? "left" : "right") }, headRow, null).textContent = h));
