@@ -215,3 +215,43 @@ def test_the_dropout_of_a_budget_is_that_of_the_first_line_it_is_under_as_worked
     lines = ((10, 0.0), (30, 0.1))
     assert [fitted_dropout(e, lines) for e in (3, 9.9, 10, 29, 30, 1000)] == [0.0, 0.0, 0.1, 0.1, None, None]
     assert fitted_dropout(0.5, ((1, 0.2),)) == 0.2 and fitted_dropout(1, ((1, 0.2),)) is None
+
+
+def _run_on(config, minutes_of_update):
+    """A run of minutes on a fake clock, update by update: the schedules its Planner made
+    (update, schedule), where it stopped, and the rate of its last update."""
+    schedule = schedule_for(config, 64, 2000, "timed", measure=True)
+    planner, clock, made, step, rate = Planner(config, schedule, 0), _Clock(), [], 0, 0.0
+    while clock.now < config.max_minutes and (schedule.updates is None or step < schedule.updates):
+        step += 1
+        clock.now += minutes_of_update(step)
+        rate = scheduled_rate(step, schedule)
+        if new := planner.measure(step, rate, clock):
+            schedule = new
+            made.append((step, new))
+        if step == 30:
+            at_30 = new
+    return made, step, rate, at_30
+
+
+def test_a_machine_that_slows_down_moves_the_schedules_end_so_the_rate_still_falls_to_zero():
+    """Oracle, by hand: 100 updates a minute to update 200 (minute 2), then 50 a minute: the
+    ten minutes hold 200 + 50 x 8 = 600 updates, not the 999 measured at update 30. Measured once,
+    the run would stop on its clock at the peak rate; measured every REPLAN_EVERY updates, its end
+    moves to about 600 and the rate falls to about zero there."""
+    config = TrainingConfig(max_minutes=10.0, warmup_steps=800)
+    made, stopped, rate, at_30 = _run_on(config, lambda step: 0.01 if step <= 200 else 0.02)
+    assert at_30.updates == 999 and scheduled_rate(600, at_30) == at_30.peak, "once: at the peak"
+    assert all("measured again at update" in s.why for _, s in made[1:]) and len(made) > 1
+    assert abs(made[-1][1].updates - 600) <= 6 and abs(stopped - 600) <= 6
+    assert rate < 0.05 * at_30.peak, "the fall reached about zero"
+
+
+def test_once_the_fall_has_begun_the_schedules_end_is_never_moved_later():
+    """100 updates a minute to update 850, inside the fall of the 999 planned at update 30, then
+    twice as fast: the projected end moves later, but the rate must not rise again."""
+    config = TrainingConfig(max_minutes=10.0, warmup_steps=800)
+    made, stopped, rate, at_30 = _run_on(config, lambda step: 0.01 if step <= 850 else 0.005)
+    later = [(step, s.updates) for step, s in made[1:] if step > 800 and s.updates > at_30.updates]
+    assert not later, f"the end moved later in the fall: {later}"
+    assert stopped == made[-1][1].updates and rate < 0.01 * at_30.peak

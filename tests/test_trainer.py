@@ -27,6 +27,7 @@ from transformer import (
     evaluate,
 )
 from transformer._book import train_once
+from transformer.runs import REPLAN_EVERY
 from transformer.trainer import (
     check_vocabulary,
     compile_options,
@@ -505,8 +506,9 @@ def test_a_planned_schedule_of_steps_rises_and_falls_as_written_out(tiny_corpus,
 def test_a_run_of_minutes_plans_its_schedule_after_its_30th_update(tiny_corpus, tmp_path):
     """Oracle: untimed (configurations made by hand), a line to 0.7 of the paper's peak at its
     warm-up (10), held, until update 30; then the schedule measured there, at most that peak, close to 0
-    at its last update, where the run stops. The measured schedule is a decision of the plan: in
-    plan.json and in each later checkpoint, with its reason; a resumed run reads it back."""
+    at its last update, where the run stops; measured again every REPLAN_EVERY updates, only its end
+    moves. Each schedule is a decision of the plan: in plan.json and in each later checkpoint, with
+    its reason; a resumed run reads it back."""
     config = _config(tiny_corpus, max_steps=None, max_minutes=0.1, eval_every=10**6, schedule="planned",
                      checkpoint_minutes=0.02)
     trainer = Trainer.from_config(TINY, config, tmp_path / "run")
@@ -516,21 +518,29 @@ def test_a_run_of_minutes_plans_its_schedule_after_its_30th_update(tiny_corpus, 
     peak = 0.7 * TINY.d_model**-0.5 * 10**-0.5
     assert rates[:30] == pytest.approx([min(u / 10, 1.0) * peak for u in range(1, 31)], rel=1e-12)
     logged = [json.loads(line) for line in (tmp_path / "run" / "metrics.jsonl").read_text().splitlines()]
-    plans = [r["plan"] for r in logged if "plan" in r]
-    assert len(plans) == 1 and plans[0]["start"] == 30 and plans[0]["updates"] > 31, plans
-    assert plans[0]["start_rate"] == pytest.approx(rates[29], rel=1e-12)
-    assert plans[0]["why"].startswith("measured at update 30: ") and "updates a minute" in plans[0]["why"]
-    assert plans[0]["peak"] == pytest.approx(peak, rel=1e-12)
+    at = [(r["step"], {k: v for k, v in r["plan"].items() if k != "text"}) for r in logged if "plan" in r]
+    (first_step, first), plans = at[0], [plan for _, plan in at]
+    assert first_step == 30 and first["start"] == 30 and first["updates"] > 31, plans
+    assert first["start_rate"] == pytest.approx(rates[29], rel=1e-12)
+    assert first["why"].startswith("measured at update 30: ") and "updates a minute" in first["why"]
+    assert first["peak"] == pytest.approx(peak, rel=1e-12)
+    for step, again in at[1:]:  # every REPLAN_EVERY updates after the 30th, only the end moved
+        assert (step - 30) % REPLAN_EVERY == 0 and again["why"].startswith(f"measured again at update {step:,}: ")
+        assert {k: v for k, v in again.items() if k not in ("updates", "why")} == {
+            k: v for k, v in first.items() if k not in ("updates", "why")}
     assert max(rates[30:]) <= peak * (1 + 1e-12), "never above the plan's peak"
-    assert rates[-1] < 0.3 * peak or trainer.step < plans[0]["updates"], rates[-1]
-    measured = {k: v for k, v in plans[0].items() if k != "text"}
-    assert json.loads((tmp_path / "run" / "plan.json").read_text())["schedule"] == measured
-    assert trainer.plan.why("rate") == measured["why"]
+    assert rates[-1] < 0.3 * peak or trainer.step < plans[-1]["updates"], rates[-1]
+    assert json.loads((tmp_path / "run" / "plan.json").read_text())["schedule"] == plans[-1]
+    assert trainer.plan.why("rate") == plans[-1]["why"]
     checkpoints = sorted((tmp_path / "run").glob("checkpoint-*.pt"))
     later = [c for c in checkpoints if int(c.stem.split("-")[1]) >= 30]
-    assert later and all(load_checkpoint(c)["plan"]["schedule"] == measured for c in later)
+    for checkpoint in later:  # each holds the schedule in force when it was written
+        step = int(checkpoint.stem.split("-")[1])
+        assert load_checkpoint(checkpoint)["plan"]["schedule"] == [p for s, p in at if s <= step][-1]
+    assert later
     resumed = Trainer.resume(later[0], out=tmp_path / "resumed")
-    assert asdict(resumed.plan.schedule) == measured, "read back, not measured again"
+    assert asdict(resumed.plan.schedule) == load_checkpoint(later[0])["plan"]["schedule"], (
+        "read back, not measured again")
 
 
 def test_a_run_resumed_in_its_cooldown_ends_with_the_uninterrupted_runs_weights(tiny_corpus, tmp_path):

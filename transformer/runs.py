@@ -11,7 +11,7 @@ import sys
 import threading
 import time
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Protocol
 
@@ -23,6 +23,7 @@ from tqdm import tqdm
 from transformer.files import write_atomically
 from transformer.presets import FEW_UPDATES
 from transformer.training import learning_rate
+from transformer.utils import add_to_class
 
 
 class RunSettings(Protocol):
@@ -179,38 +180,71 @@ def schedule_for(config: RunSettings, d_model: int, updates: int | None, why: st
 
 
 PLAN_UPDATES = (10, 30)  # a run of minutes measures its rate between these updates
+REPLAN_EVERY = 50  # then measures again every so many updates,
+REPLAN_MOVE = 0.05  # and plans again when its projected end moves by more than this
 
 
 class Planner:
     """The closed loop of a run whose schedule was projected from its minutes
     (schedule.measure): after update `step` + PLAN_UPDATES[1] (step: where this process
     began), a schedule planned again from the updates a minute measured since
-    PLAN_UPDATES[0]; once."""
+    PLAN_UPDATES[0]. Then every REPLAN_EVERY updates it measures the updates a minute
+    of the last REPLAN_EVERY and, where the projected end moved by more than
+    REPLAN_MOVE, moves the schedule's end there (never later once the fall has begun:
+    the rate does not rise again)."""
 
     def __init__(self, config: RunSettings, schedule: Schedule, step: int = 0):
         self.config, self.d_model, self.first = config, schedule.d_model, step
-        self.pending, self.mark = schedule.measure, 0.0  # mark: minutes at the first
+        self.pending, self.mark = schedule.measure, 0.0  # mark: minutes at `marked`
+        self.schedule, self.marked = None, 0  # once planned here: the schedule
+
+    def _projected(self, step: int, counted: int, clock: Clock) -> tuple[float, int]:
+        """Updates a minute since the mark, and the update the budget ends at."""
+        minutes, done = clock.minutes(), counted - self.marked
+        per_minute = clock.rank0(done / max(minutes - self.mark, 1e-9))
+        left = self.config.max_minutes - minutes
+        updates = int(clock.rank0(step + per_minute * left))
+        if self.config.max_steps is not None:
+            updates = min(updates, self.config.max_steps)
+        return per_minute, updates
 
     def measure(self, step: int, rate: float, clock: Clock) -> Schedule | None:
         """After update `step` (made at `rate`), on the run's `clock`: the schedule
         planned again now, or None."""
         counted = step - self.first
+        if self.schedule is not None:
+            return self._again(step, counted, clock)
         if not self.pending or counted < PLAN_UPDATES[0]:
             return None
         if counted == PLAN_UPDATES[0]:
-            self.mark = clock.minutes()
+            self.mark, self.marked = clock.minutes(), counted
         if counted < PLAN_UPDATES[1]:
             return None
-        self.pending, minutes = False, clock.minutes()
-        per_minute = clock.rank0((counted - PLAN_UPDATES[0]) / (minutes - self.mark))
-        budget = self.config.max_minutes
-        updates = int(clock.rank0(step + int(per_minute * (budget - minutes))))
-        if self.config.max_steps is not None:
-            updates = min(updates, self.config.max_steps)
+        self.pending = False
+        per_minute, updates = self._projected(step, counted, clock)
+        self.mark, self.marked = clock.minutes(), counted  # the pace after this plan
         why = (f"measured at update {step:,}: {per_minute:,.0f} updates a minute, "
-               f"about {updates:,} in {budget:g} min")
-        return schedule_for(self.config, self.d_model, updates, why, start=step,
-                            rate=rate, first=self.first)
+               f"about {updates:,} in {self.config.max_minutes:g} min")
+        self.schedule = schedule_for(self.config, self.d_model, updates, why,
+                                     start=step, rate=rate, first=self.first)
+        return self.schedule
+
+    def _again(self, step: int, counted: int, clock: Clock) -> Schedule | None:
+        """Every REPLAN_EVERY updates: the schedule with its end moved, or None."""
+        if (counted - PLAN_UPDATES[1]) % REPLAN_EVERY:
+            return None
+        per_minute, updates = self._projected(step, counted, clock)
+        since, self.mark, self.marked = self.marked, clock.minutes(), counted
+        s = self.schedule
+        falling = scheduled_rate(step + 1, s) < s.peak and step >= s.warmup
+        if abs(updates - s.updates) <= REPLAN_MOVE * s.updates or (
+                falling and updates > s.updates):
+            return None
+        why = (f"measured again at update {step:,}: {per_minute:,.0f} updates a minute "
+               f"since update {since + self.first:,}, about {updates:,} in "
+               f"{self.config.max_minutes:g} min")
+        self.schedule = replace(s, updates=max(updates, step + 1), why=why)
+        return self.schedule
 
 
 def fitted_max_tokens(max_tokens: int, seconds: float,
