@@ -67,10 +67,10 @@ chromium:
 # The executed HTML book in _build/html, warnings as errors; then the deploy chapter's
 # in-page translator (tools/web.py), whose runtime npm installs from web/package-lock.json.
 # Without npm the book still builds, and that page says what is missing.
+# tools/web.py runs with one thread, as make test trained the book's number model: its cached
+# run is loaded, not trained again (train_once's key holds torch's thread count).
 book: install web-packages
 	$(BIN)/jupyter-book build . --warningiserror --nitpick --keep-going
-	# one thread, as make test trained the book's number model: its cached run is loaded, not
-	# trained again (train_once's key holds torch's thread count)
 	OMP_NUM_THREADS=1 $(BIN)/python tools/web.py
 
 web-packages:
