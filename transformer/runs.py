@@ -104,8 +104,8 @@ class Schedule:
     "paper": the paper's curve of d_model, warm-up `warmup` and `scale`, times the
     cool-down's line over the last `cooldown` of the updates to `updates`. "planned":
     after update `start` (made at `start_rate`) a linear rise to `peak` at update
-    `warmup`, held, then a linear fall to 0 over the last `fall` of the updates from
-    `first` (0, or where a resumed run's budget began) to `updates`. updates: the
+    `warmup`, held, then a linear fall that reaches 0 at `updates`, over its last
+    `fall` of the updates from `first` (0, or where a resumed run's budget began). updates: the
     run's last update, where it stops (None: not known yet, no fall). measure: projected
     from a budget of minutes, measured again after the first updates (Planner)."""
 
@@ -143,8 +143,7 @@ def scheduled_rate(update: int, schedule: Schedule) -> float:
     rise = s.start_rate + (s.peak - s.start_rate) * rise
     if not budget:  # no end known yet: no fall
         return min(rise, s.peak)
-    span = min(s.fall, (s.updates - s.warmup) / budget)  # the fall: after the warm-up
-    return max(0.0, min(rise, s.peak, s.peak * (1.0 - done) / span))
+    return max(0.0, min(rise, s.peak, s.peak * (1.0 - done) / s.fall))
 
 
 def plan_schedule(updates: int, warmup_steps: int, peak: float, start: int = 0,
@@ -157,8 +156,9 @@ def plan_schedule(updates: int, warmup_steps: int, peak: float, start: int = 0,
     ramp = min(warmup_steps, round(WARMUP_SHARE * (updates - first)))
     ramp = max(ramp, 2 * (start - first))  # a ramp on from where it is, never a jump
     warmup = min(max(first + ramp, first + 1), updates - 1)
+    fall = min(FALL_SHARE, (updates - warmup) / (updates - first))  # after the warm-up
     return Schedule("planned", warmup, peak, updates, start=start, start_rate=rate,
-                    first=first, **how)
+                    fall=fall, first=first, **how)
 
 
 def schedule_for(config: RunSettings, d_model: int, updates: int | None, why: str,
@@ -181,7 +181,7 @@ def schedule_for(config: RunSettings, d_model: int, updates: int | None, why: st
 
 PLAN_UPDATES = (10, 30)  # a run of minutes measures its rate between these updates
 REPLAN_EVERY = 50  # then measures again every so many updates,
-REPLAN_MOVE = 0.05  # and plans again when its projected end moves by more than this
+REPLAN_MOVE = 0.05  # and plans again when its end moves by more than this of those left
 
 
 class Planner:
@@ -190,8 +190,9 @@ class Planner:
     began), a schedule planned again from the updates a minute measured since
     PLAN_UPDATES[0]. Then every REPLAN_EVERY updates it measures the updates a minute
     of the last REPLAN_EVERY and, where the projected end moved by more than
-    REPLAN_MOVE, moves the schedule's end there (never later once the fall has begun:
-    the rate does not rise again)."""
+    REPLAN_MOVE of the updates left, moves the schedule's end there. The rate stays
+    continuous and never rises again: once the fall has begun, it falls on a line from
+    where it is."""
 
     def __init__(self, config: RunSettings, schedule: Schedule, step: int = 0):
         self.config, self.d_model, self.first = config, schedule.d_model, step
@@ -235,16 +236,19 @@ class Planner:
             return None
         per_minute, updates = self._projected(step, counted, clock)
         since, self.mark, self.marked = self.marked, clock.minutes(), counted
-        s = self.schedule
-        falling = scheduled_rate(step + 1, s) < s.peak and step >= s.warmup
-        if abs(updates - s.updates) <= REPLAN_MOVE * s.updates or (
-                falling and updates > s.updates):
+        s, now = self.schedule, scheduled_rate(step + 1, self.schedule)
+        updates = max(updates, step + 1)
+        if abs(updates - s.updates) <= REPLAN_MOVE * (s.updates - step) or now == 0.0:
             return None
         why = (f"measured again at update {step:,}: {per_minute:,.0f} updates a minute "
                f"since update {since + self.first:,}, about {updates:,} in "
                f"{self.config.max_minutes:g} min")
-        self.schedule = replace(s, updates=max(updates, step + 1), why=why)
-        return self.schedule
+        moved = replace(s, updates=updates, why=why)
+        if scheduled_rate(step + 1, moved) != now:  # the fall has begun: go on from here
+            done = (step - s.first) / (updates - s.first)
+            moved = replace(moved, fall=s.peak * (1.0 - done) / now)
+        self.schedule = moved
+        return moved
 
 
 def fitted_max_tokens(max_tokens: int, seconds: float,
