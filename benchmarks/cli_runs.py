@@ -43,6 +43,7 @@ from pathlib import Path
 from report import spread, write_report
 from transformer.checkpoints import newest_checkpoints
 from transformer.cli import main as cli
+from transformer.runs import Schedule
 
 REPO = Path(__file__).resolve().parent.parent
 
@@ -69,13 +70,22 @@ def train(args: argparse.Namespace, seed: int, out: Path, data: list[str]) -> di
     # what train said it trains (device, precision) and, for a planned schedule, its plan
     # (the "batch" line that records before issue 95 hold is no longer printed)
     result["training"] = next(line for line in output if line.startswith("training "))
-    plans = [line for line in output if line.startswith("schedule planned for")]
-    result["schedule"] = plans[0] if plans else "the paper's"
     # and from issue 95 on, the run's whole plan as it saved it: every setting (precision,
     # batch, P_drop, schedule, budget) and where it came from, written by the run itself
     if (out / "plan.json").is_file():
         result["plan"] = json.loads((out / "plan.json").read_text())
+    result["schedule"] = schedule_said(output, result.get("plan"))
     return result
+
+
+def schedule_said(output: list[str], plan: dict | None) -> str:
+    """A run's schedule in words: from issue 110 on, its plan's last one (its shape, then
+    why); before, the line train printed for a planned schedule, else "the paper's"."""
+    if plan and plan.get("schedule"):
+        schedule = Schedule(**plan["schedule"])
+        return f"{schedule.describe()} ({schedule.why})"
+    plans = [line for line in output if line.startswith("schedule planned for")]
+    return plans[0] if plans else "the paper's"
 
 
 def evaluate(out: Path, data: list[str], split: str, scores: Path, alpha: float | None = None) -> dict:

@@ -147,6 +147,7 @@ def test_cli_runs_chooses_alpha_on_validation_and_scores_only_its_own_runs(tiny_
     assert by_alpha[run["alpha"]] == max(by_alpha.values()) and set(by_alpha) == {0.0, 0.6, 5.0}
     assert run["test_best_alpha"]["evaluate"].endswith(f"--split test --alpha {run['alpha']}")
     assert "--alpha" not in run["evaluate"], "the default alpha's test score beside it"
+    assert run["schedule"].startswith("paper: peak "), "a run of updates: the paper's, from its plan"
     again = tmp_path / "again.json"
     run_script("cli_runs.py", common + ["--score", str(first), "--newest", "--out", str(again)], monkeypatch)
     rescored = json.loads(again.read_text())

@@ -29,7 +29,7 @@ MARKER = re.compile(r"(<!-- record: ([\w-]+) -->\n)(.*?)(<!-- /record -->)", re.
 # The runs of the results table, a row each: a CPU with native bf16 (ten minutes), a stand-in
 # for the slowest CPU without it (ten minutes), one GPU (its step budget), and an hour on a CPU
 # (three seeds, a record each)
-NATIVE = "multi30k_en_de_10min_cli_zen4_plain.json"
+NATIVE = "multi30k_en_de_10min_cli_issue110_after.json"
 EMULATED = "multi30k_en_de_standin23_n2_plain.json"
 GPU = "multi30k_en_de_lc_gpu.json"
 HOUR = ["multi30k_en_de_lc_cli.json", "multi30k_en_de_lc_cli_alpha.json", "multi30k_en_de_lc_cli_seed2.json"]
