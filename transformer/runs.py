@@ -105,9 +105,10 @@ class Schedule:
     cool-down's line over the last `cooldown` of the updates to `updates`. "planned":
     after update `start` (made at `start_rate`) a linear rise to `peak` at update
     `warmup`, held, then a linear fall that reaches 0 at `updates`, over its last
-    `fall` of the updates from `first` (0, or where a resumed run's budget began). updates: the
-    run's last update, where it stops (None: not known yet, no fall). measure: projected
-    from a budget of minutes, measured again after the first updates (Planner)."""
+    `fall` of the updates from `first` (0, or where a resumed run's budget began).
+    updates: the run's last update, where it stops (None: not known yet, no fall).
+    measure: projected from a budget of minutes, measured again after the first updates
+    (Planner)."""
 
     kind: str
     warmup: int
@@ -244,7 +245,7 @@ class Planner:
                f"since update {since + self.first:,}, about {updates:,} in "
                f"{self.config.max_minutes:g} min")
         moved = replace(s, updates=updates, why=why)
-        if scheduled_rate(step + 1, moved) != now:  # the fall has begun: go on from here
+        if scheduled_rate(step + 1, moved) != now:  # in the fall: go on from here
             done = (step - s.first) / (updates - s.first)
             moved = replace(moved, fall=s.peak * (1.0 - done) / now)
         self.schedule = moved
